@@ -1,0 +1,99 @@
+# weft — build, test, demo, bench.
+#
+#   make                 libweft.a, libweft.so, examples (build/)
+#   make test            every test, every backend, plus ASan+UBSan, the
+#                        ucontext fallback and aarch64 under qemu-user
+#   make demo            the showcase
+#   make bench           benchmarks against peers
+#   make install PREFIX=/usr/local
+#
+# Variables: CC, BUILD (output dir), SAN (e.g. address,undefined),
+# CTX=ucontext (force the portable context switch), OPT.
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+OPT     ?= -O2
+SAN     ?=
+CTX     ?=
+
+WARN    := -Wall -Wextra -Werror -Wshadow
+CFLAGS_ALL := -std=gnu11 $(OPT) -g $(WARN) -fPIC -Iinclude -D_GNU_SOURCE $(CFLAGS)
+ifneq ($(SAN),)
+CFLAGS_ALL += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS_SAN := -fsanitize=$(SAN)
+endif
+ifeq ($(CTX),ucontext)
+CFLAGS_ALL += -DWEFT_CTX_UCONTEXT=1
+endif
+LDLIBS  := -lpthread -lm
+
+LIB_SRC := $(wildcard src/*.c) src/arch/ctx.c
+LIB_ASM := src/arch/ctx_x86_64.S src/arch/ctx_aarch64.S
+LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
+           $(patsubst src/%.S,$(BUILD)/obj/%.o,$(LIB_ASM))
+
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/t_*.c))
+
+.PHONY: all lib examples tests test test-fast demo bench install clean deps
+all: lib examples tests
+
+lib: $(BUILD)/libweft.a $(BUILD)/libweft.so
+examples: $(EXAMPLES)
+tests: $(TESTS)
+
+$(BUILD)/obj/%.o: src/%.c src/internal.h include/weft.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj/%.o: src/%.S
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/libweft.a: $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/libweft.so: $(LIB_OBJ) src/weft.map
+	$(CC) -shared -Wl,--version-script=src/weft.map -Wl,-soname,libweft.so.0 \
+	    $(LDFLAGS_SAN) -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+
+# The whole suite: installs what it needs, then every configuration.
+test:
+	@bash scripts/deps.sh test
+	@bash scripts/test.sh
+
+# Plain build, every backend, no sanitizers: the quick loop while coding.
+test-fast: tests
+	@bash tests/run.sh $(BUILD)/tests plain
+
+demo:
+	@bash scripts/deps.sh demo
+	@$(MAKE) --no-print-directory all
+	@bash scripts/demo.sh
+
+bench:
+	@bash scripts/deps.sh bench
+	@$(MAKE) --no-print-directory all
+	@bash bench/run.sh
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/libweft.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
+	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
+	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
+
+clean:
+	rm -rf build

@@ -1,0 +1,119 @@
+/*
+ * backend_epoll.c — Linux epoll backend.
+ *
+ * A descriptor is added once, edge-triggered for input, output and
+ * priority data, the first time a fiber waits on it, and stays registered
+ * until weft closes or forgets it: no epoll_ctl per wait. Edge triggering is
+ * safe because every wait follows a system call that returned EAGAIN (or,
+ * for weft_wait_fd, a zero-timeout poll that found the fd not ready), and
+ * EPOLL_CTL_ADD reports readiness that already exists.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#define EP_BATCH 256
+
+static int ep_init(weft__reactor *r)
+{
+    r->bfd = epoll_create1(EPOLL_CLOEXEC);
+    if (r->bfd < 0)
+        return -errno;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WEFT__WAKE_TOKEN};
+    if (epoll_ctl(r->bfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0) {
+        int e = errno;
+        close(r->bfd);
+        r->bfd = -1;
+        return -e;
+    }
+    return 0;
+}
+
+static void ep_fini(weft__reactor *r)
+{
+    if (r->bfd >= 0)
+        close(r->bfd);
+    r->bfd = -1;
+}
+
+static int ep_fd_update(weft__reactor *r, int fd)
+{
+    weft__fdstate *st = &r->fds[fd];
+    if (st->registered || !st->head)
+        return 0;
+    struct epoll_event ev = {
+        .events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP | EPOLLET,
+        .data.u64 = weft__fd_token(fd, st->gen),
+    };
+    if (epoll_ctl(r->bfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        /* Still registered from a previous life (a dup of it is open). */
+        if (errno != EEXIST || epoll_ctl(r->bfd, EPOLL_CTL_MOD, fd, &ev) < 0)
+            return -errno;
+    }
+    st->registered = 1;
+    return 0;
+}
+
+static void ep_fd_forget(weft__reactor *r, int fd)
+{
+    weft__fdstate *st = &r->fds[fd];
+    if (st->registered) {
+        struct epoll_event ev = {0};
+        (void)epoll_ctl(r->bfd, EPOLL_CTL_DEL, fd, &ev);
+        st->registered = 0;
+    }
+}
+
+static int ep_poll(weft__reactor *r, int64_t timeout_ns)
+{
+    struct epoll_event evs[EP_BATCH];
+    int n;
+    static int no_pwait2;
+    if (!no_pwait2) {
+        struct timespec ts, *tp = NULL;
+        if (timeout_ns >= 0) {
+            ts.tv_sec = timeout_ns / 1000000000;
+            ts.tv_nsec = timeout_ns % 1000000000;
+            tp = &ts;
+        }
+        n = epoll_pwait2(r->bfd, evs, EP_BATCH, tp, NULL);
+        if (n < 0 && errno == ENOSYS) {
+            no_pwait2 = 1;
+            return ep_poll(r, timeout_ns);
+        }
+    } else {
+        int ms = timeout_ns < 0 ? -1
+                 : timeout_ns > (int64_t)INT32_MAX * 1000000
+                     ? INT32_MAX
+                     : (int)((timeout_ns + 999999) / 1000000);
+        n = epoll_wait(r->bfd, evs, EP_BATCH, ms);
+    }
+    if (n < 0)
+        return errno == EINTR ? 0 : -errno;
+    for (int i = 0; i < n; i++) {
+        uint32_t e = evs[i].events, m = 0;
+        if (e & (EPOLLIN | EPOLLRDHUP))
+            m |= WEFT_READABLE;
+        if (e & EPOLLPRI)
+            m |= WEFT_PRIORITY;
+        if (e & EPOLLOUT)
+            m |= WEFT_WRITABLE;
+        if (e & EPOLLERR)
+            m |= WEFT_ERROR;
+        if (e & EPOLLHUP)
+            m |= WEFT_HANGUP;
+        weft__reactor_fd_event(r, evs[i].data.u64, m);
+    }
+    return 0;
+}
+
+const weft__backend_ops weft__backend_epoll = {
+    .name = "epoll",
+    .init = ep_init,
+    .fini = ep_fini,
+    .fd_update = ep_fd_update,
+    .fd_forget = ep_fd_forget,
+    .poll = ep_poll,
+};

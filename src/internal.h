@@ -1,0 +1,333 @@
+/*
+ * internal.h — weft's internal contracts (not installed).
+ *
+ * Layers, bottom up:
+ *   ctx      machine context switch (assembly in arch/, or ucontext)
+ *   stack    mmap'd stacks with guard pages and a free cache
+ *   timer    (deadline, sequence)-ordered binary heap
+ *   reactor  waits, fd table, backends, cross-thread posts; knows nothing
+ *            about stacks: a completed wait calls its wake function
+ *   sched    fibers on top of the reactor (wake = make the fiber runnable)
+ *   io       fiber-blocking system calls
+ */
+#ifndef WEFT_INTERNAL_H
+#define WEFT_INTERNAL_H
+
+#include "weft.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+/* ------------------------------------------------------------------ */
+/* Sanitizer and Valgrind detection                                    */
+/* ------------------------------------------------------------------ */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define WEFT_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(WEFT_ASAN)
+#define WEFT_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(WEFT_TSAN)
+#define WEFT_TSAN 1
+#endif
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#define WEFT_VALGRIND 1
+#endif
+#endif
+
+#define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------------ */
+/* Context switch                                                      */
+/* ------------------------------------------------------------------ */
+#if !defined(WEFT_CTX_UCONTEXT) && !defined(__x86_64__) && !defined(__aarch64__)
+#define WEFT_CTX_UCONTEXT 1
+#endif
+
+#ifdef WEFT_CTX_UCONTEXT
+#include <ucontext.h>
+typedef struct weft__ctx {
+    ucontext_t uc;
+} weft__ctx;
+#elif defined(__x86_64__)
+/* rip, rsp, rbx, rbp, r12-r15, then MXCSR (4 bytes) and x87 CW (2 bytes). */
+typedef struct weft__ctx {
+    uint64_t r[9];
+} weft__ctx;
+#else /* aarch64 */
+/* x19-x28, x29, x30, sp, d8-d15, fpcr */
+typedef struct weft__ctx {
+    uint64_t r[22];
+} weft__ctx;
+#endif
+
+/* Save the current context into @from and resume @to. */
+void weft__ctx_switch(weft__ctx *from, weft__ctx *to);
+/* Prepare @c to call @entry(@arg) on the stack [@lo, @lo + @size). @entry
+ * must never return. */
+void weft__ctx_make(weft__ctx *c, void *lo, size_t size,
+                    void (*entry)(void *), void *arg);
+
+/* ------------------------------------------------------------------ */
+/* Stacks                                                              */
+/* ------------------------------------------------------------------ */
+typedef struct weft__stack {
+    char *base;        /* start of the mapping (guard page first)       */
+    size_t map_size;   /* whole mapping                                 */
+    size_t guard;      /* bytes of guard at base (0 = none)             */
+    unsigned vg_id;    /* Valgrind stack id                             */
+} weft__stack;
+
+typedef struct weft__stack_cache {
+    weft__stack *items;
+    size_t n, cap;
+    size_t limit;         /* max cached                                */
+    size_t map_size;      /* only stacks of this size are cached       */
+    size_t unguarded;     /* stacks made without a guard               */
+} weft__stack_cache;
+
+size_t weft__page_size(void);
+int weft__stack_get(weft__stack_cache *c, size_t map_size, weft__stack *out);
+void weft__stack_put(weft__stack_cache *c, weft__stack *st);
+void weft__stack_cache_fini(weft__stack_cache *c);
+
+/* ------------------------------------------------------------------ */
+/* Timers                                                              */
+/* ------------------------------------------------------------------ */
+typedef struct weft__timer weft__timer;
+struct weft__timer {
+    int64_t deadline;
+    uint64_t seq;
+    uint32_t idx;                    /* heap slot; UINT32_MAX = not armed */
+    void (*fire)(weft__timer *t);
+};
+#define WEFT__TIMER_IDLE UINT32_MAX
+
+typedef struct weft__heap {
+    weft__timer **h;
+    uint32_t n, cap;
+    uint64_t seq;
+} weft__heap;
+
+int weft__heap_push(weft__heap *hp, weft__timer *t);
+void weft__heap_remove(weft__heap *hp, weft__timer *t);
+static inline weft__timer *weft__heap_top(const weft__heap *hp) {
+    return hp->n ? hp->h[0] : NULL;
+}
+void weft__heap_fini(weft__heap *hp);
+
+/* ------------------------------------------------------------------ */
+/* Reactor                                                             */
+/* ------------------------------------------------------------------ */
+typedef struct weft__reactor weft__reactor;
+typedef struct weft__wait weft__wait;
+
+/*
+ * A wait: something a client (a C fiber, a Ruby fiber) blocks on. It may
+ * have an fd part and a deadline part; whichever completes first completes
+ * the wait exactly once, unlinks the rest, stores the result and calls
+ * wake(). Waits live in the waiter's memory (a fiber's stack frame) and are
+ * never referenced by the reactor after completion.
+ */
+struct weft__wait {
+    void (*wake)(weft__wait *w);
+    void *owner;
+    int result;
+    int fd;            /* -1: no fd part                                   */
+    uint32_t events;   /* WEFT_READABLE|WEFT_WRITABLE|WEFT_PRIORITY        */
+    uint32_t gen;      /* fd generation when linked                        */
+    weft__wait *fnext, *fprev;
+    weft__timer timer;
+    weft__reactor *r;
+    bool active;
+};
+
+/* Per-descriptor state, indexed by fd number. */
+typedef struct weft__fdstate {
+    weft__wait *head;     /* waiters                                        */
+    uint32_t gen;         /* bumped on close/forget/new descriptor          */
+    uint32_t interest;    /* poll backend: union of waiters' events         */
+    int32_t pidx;         /* poll backend: index in pollfd array, -1 none   */
+    uint8_t registered;   /* epoll: added to the set                        */
+    uint8_t ready;        /* edge-triggered readiness seen with no waiter   */
+    uint8_t kind;         /* WEFT__FD_UNKNOWN / SOCKET / OTHER              */
+    uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
+    uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
+} weft__fdstate;
+
+enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2 };
+
+typedef struct weft__post {
+    struct weft__post *next;
+    void (*fn)(void *);
+    void *arg;
+} weft__post;
+
+typedef struct weft__backend_ops {
+    const char *name;
+    int (*init)(weft__reactor *r);
+    void (*fini)(weft__reactor *r);
+    /* The waiter set of @fd changed (first waiter, last waiter, events). */
+    int (*fd_update)(weft__reactor *r, int fd);
+    /* @fd is being closed or forgotten: drop any registration. */
+    void (*fd_forget)(weft__reactor *r, int fd);
+    /* Wait up to @timeout_ns (-1 forever, 0 poll) and dispatch events with
+     * weft__reactor_fd_event(); call weft__reactor_drain_posts() when the
+     * wake-up descriptor fired. Returns 0 or -errno. */
+    int (*poll)(weft__reactor *r, int64_t timeout_ns);
+} weft__backend_ops;
+
+extern const weft__backend_ops weft__backend_epoll;
+extern const weft__backend_ops weft__backend_poll;
+
+struct weft__reactor {
+    const weft__backend_ops *ops;
+    int bfd;                 /* backend descriptor (epoll), -1 none       */
+    int wakefd;              /* eventfd for cross-thread wake-ups          */
+    weft__fdstate *fds;
+    int nfds;                /* entries allocated                          */
+    weft__heap timers;
+    size_t nwaits, nfd_waits;
+    /* cross-thread posts */
+    pthread_mutex_t post_lock;
+    weft__post *post_head, *post_tail;
+    atomic_size_t posted;
+    atomic_int wake_pending;
+    /* poll backend */
+    void *pfds;
+    int *pfd_fds;
+    int npfds, pfd_cap;
+};
+
+int weft__reactor_init(weft__reactor *r, weft_backend_t which);
+void weft__reactor_fini(weft__reactor *r);
+/* One loop iteration: wait for events (up to the next timer; forever if
+ * @may_block and no timer; not at all otherwise), then fire due timers. */
+int weft__reactor_run_once(weft__reactor *r, bool may_block);
+/* Backends call this for every event. */
+void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents);
+void weft__reactor_drain_posts(weft__reactor *r);
+int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg);
+weft__fdstate *weft__fd(weft__reactor *r, int fd); /* grows table; NULL=ENOMEM */
+static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
+    return (uint64_t)(uint32_t)fd | ((uint64_t)gen << 32);
+}
+#define WEFT__WAKE_TOKEN UINT64_MAX
+
+/* Wait lifecycle. weft__wait_init, then arm any of fd/deadline parts, then
+ * the client blocks until wake() is called. */
+void weft__wait_init(weft__wait *w, weft__reactor *r,
+                     void (*wake)(weft__wait *), void *owner);
+int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
+/* Link @w to @fd for @events. If an edge was seen with no waiter, the wait
+ * completes immediately with those events. Returns 0 or -ENOMEM. */
+int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
+/* Complete @w with @result (first completion wins; later ones are no-ops). */
+void weft__wait_complete(weft__wait *w, int result);
+/* Wake every waiter on @fd with @err and drop its registration/state. */
+void weft__reactor_fd_close(weft__reactor *r, int fd, int err);
+/* Fresh descriptor created by weft (or just forgotten): reset its state. */
+void weft__reactor_fd_new(weft__reactor *r, int fd);
+
+/* ------------------------------------------------------------------ */
+/* Scheduler and fibers                                                */
+/* ------------------------------------------------------------------ */
+typedef struct weft__fiber weft__fiber;
+
+enum {
+    WEFT__F_READY = 1,    /* on the run queue                          */
+    WEFT__F_RUNNING = 2,
+    WEFT__F_BLOCKED = 3,
+    WEFT__F_DEAD = 4
+};
+
+struct weft__fiber {
+    weft__ctx ctx;
+    weft__fiber *next;        /* run queue                                 */
+    weft_sched_t *sched;
+    weft_fn_t fn;
+    void *arg;
+    void *result;
+    weft__wait *wait;         /* the wait this fiber is blocked in         */
+    weft__wait *joiner;       /* a fiber joining this one                  */
+    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
+    weft__stack stack;
+    uint32_t slot;            /* index in the handle table                 */
+    uint8_t state;
+    uint8_t cancelled;
+    uint8_t permit;           /* weft_unpark() before weft_park()          */
+    uint8_t is_main;
+    uint8_t parked;           /* blocked in weft_park()                   */
+#ifdef WEFT_ASAN
+    void *asan_fake;
+    const void *asan_from_bottom;
+    size_t asan_from_size;
+#endif
+#ifdef WEFT_TSAN
+    void *tsan_fiber;
+#endif
+};
+
+typedef struct weft__slot {
+    weft__fiber *fiber;       /* NULL once finished                        */
+    void *result;
+    uint32_t gen;
+    uint32_t next_free;       /* free list link                            */
+    uint8_t state;            /* 0 free, 1 live, 2 finished, 3 detached    */
+} weft__slot;
+
+struct weft_sched {
+    weft__reactor r;
+    weft__fiber main;         /* the thread's own stack                    */
+    weft__fiber *current;
+    weft__fiber *rq_head, *rq_tail;
+    weft__fiber *zombie;      /* finished fiber whose stack to release     */
+    weft__stack_cache stacks;
+    size_t default_stack;
+    weft__slot *slots;
+    uint32_t nslots, slot_cap, free_slot;
+    size_t live, handles;
+    uint64_t switches, spawned;
+    unsigned tick;
+    pthread_t owner;
+    bool running;
+    /* overflow reporter */
+    void *altstack;
+    size_t altstack_size;
+    bool altstack_installed;
+#ifdef WEFT_ASAN
+    const void *main_stack_lo;
+    size_t main_stack_size;
+#endif
+};
+
+/* How many fiber-to-fiber switches happen before the loop is given a
+ * chance to poll for I/O and timers (it always polls when idle). */
+#define WEFT__POLL_TICKS 64
+
+weft_sched_t *weft__sched_tls(void);
+weft__fiber *weft__current(void); /* NULL outside fibers */
+/* Block the current fiber in @w until it completes; returns w->result.
+ * The wait must be armed. Handles cancellation. */
+int weft__block(weft__wait *w);
+/* Wake function of C fibers: put the wait's owner on its run queue. */
+void weft__fiber_wake(weft__wait *w);
+/* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
+int weft__precheck(int64_t deadline);
+void weft__overflow_install(weft_sched_t *s);
+void weft__overflow_remove(weft_sched_t *s);
+
+static inline bool weft__deadline_ok(int64_t d) { return d >= -1; }
+
+#endif /* WEFT_INTERNAL_H */

@@ -1,0 +1,561 @@
+/*
+ * io.c — fiber-blocking system calls.
+ *
+ * Every call tries the system call first and waits for readiness only when
+ * it would block. Sockets are driven with MSG_DONTWAIT (no fcntl needed)
+ * and MSG_NOSIGNAL; other descriptors get O_NONBLOCK once and, since
+ * MSG_NOSIGNAL does not exist for pipes, writes to them block SIGPIPE in
+ * the calling thread's mask for the duration of the call and consume the
+ * signal the kernel queued, so the process's dispositions are never
+ * touched and the caller sees -EPIPE.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Block the current fiber until @fd is ready for @events. */
+static int io_wait(int fd, uint32_t events, int64_t deadline)
+{
+    weft_sched_t *s = weft__sched_tls();
+    weft__wait w;
+    weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
+    int rc = weft__wait_arm_deadline(&w, deadline);
+    if (rc == 0)
+        rc = weft__wait_arm_fd(&w, fd, events);
+    if (rc < 0) {
+        weft__wait_complete(&w, rc);
+        return rc;
+    }
+    return weft__block(&w);
+}
+
+static weft__fdstate *fdst(int fd)
+{
+    return weft__fd(&weft__sched_tls()->r, fd);
+}
+
+static int ensure_nonblock(int fd)
+{
+    weft__fdstate *st = fdst(fd);
+    if (st && st->nonblock)
+        return 0;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    if (st)
+        st->nonblock = 1;
+    return 0;
+}
+
+/* Kind of @fd as far as we know; ENOTSOCK from a socket call flips it. */
+static int fd_kind(int fd)
+{
+    weft__fdstate *st = fdst(fd);
+    return st ? st->kind : WEFT__FD_UNKNOWN;
+}
+
+static void fd_set_kind(int fd, int kind)
+{
+    weft__fdstate *st = fdst(fd);
+    if (st)
+        st->kind = (uint8_t)kind;
+}
+
+static int begin(int fd, int64_t deadline)
+{
+    int rc = weft__precheck(deadline);
+    if (rc < 0)
+        return rc;
+    if (fd < 0)
+        return -EBADF;
+    if (!fdst(fd))
+        return -ENOMEM;
+    return 0;
+}
+
+/* The errno of a failed call: 0 means "would block, wait", else -errno. */
+static inline int failed(void)
+{
+    int e = errno;
+    if (e == EAGAIN || e == EWOULDBLOCK)
+        return 0;
+    return -e;
+}
+
+/* writev on a non-socket without letting SIGPIPE reach the process. */
+static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
+{
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    ssize_t n = writev(fd, iov, cnt);
+    int e = errno;
+    if (n < 0 && e == EPIPE && !sigismember(&old, SIGPIPE)) {
+        /* The SIGPIPE this write raised is pending on this thread:
+         * take it before unblocking. */
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = e;
+    return n;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
+                        int64_t deadline, bool socket_only)
+{
+    int rc = begin(fd, deadline);
+    if (rc < 0)
+        return rc;
+    for (;;) {
+        ssize_t n;
+        int kind = fd_kind(fd);
+        if (kind != WEFT__FD_OTHER) {
+            struct msghdr m = {.msg_iov = (struct iovec *)iov,
+                               .msg_iovlen = (size_t)cnt};
+            n = recvmsg(fd, &m, flags | MSG_DONTWAIT);
+            if (n >= 0 && kind == WEFT__FD_UNKNOWN)
+                fd_set_kind(fd, WEFT__FD_SOCKET);
+            if (n < 0 && errno == ENOTSOCK) {
+                if (socket_only)
+                    return -ENOTSOCK;
+                fd_set_kind(fd, WEFT__FD_OTHER);
+                if ((rc = ensure_nonblock(fd)) < 0)
+                    return rc;
+                continue;
+            }
+        } else {
+            n = readv(fd, iov, cnt);
+        }
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if ((rc = failed()) < 0)
+            return rc;
+        rc = io_wait(fd, WEFT_READABLE, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline)
+{
+    if (!buf && len)
+        return -EINVAL;
+    if (len == 0) {
+        int rc = begin(fd, deadline);
+        return rc < 0 ? rc : 0;
+    }
+    struct iovec iov = {buf, len};
+    return do_readv(fd, &iov, 1, 0, deadline, false);
+}
+
+ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt, int64_t deadline)
+{
+    if (iovcnt < 0 || iovcnt > IOV_MAX || (!iov && iovcnt))
+        return -EINVAL;
+    return do_readv(fd, iov, iovcnt, 0, deadline, false);
+}
+
+ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline)
+{
+    if (!buf && len)
+        return -EINVAL;
+    struct iovec iov = {buf, len};
+    return do_readv(fd, &iov, 1, flags, deadline, true);
+}
+
+int weft_read_full(int fd, void *buf, size_t len, size_t *got, int64_t deadline)
+{
+    size_t done = 0;
+    int rc = 0;
+    if (!buf && len)
+        rc = -EINVAL;
+    while (rc == 0 && done < len) {
+        ssize_t n = weft_read(fd, (char *)buf + done, len - done, deadline);
+        if (n < 0)
+            rc = (int)n;
+        else if (n == 0)
+            rc = 1;
+        else
+            done += (size_t)n;
+    }
+    if (got)
+        *got = done;
+    return rc;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
+                         int64_t deadline, bool socket_only)
+{
+    int rc = begin(fd, deadline);
+    if (rc < 0)
+        return rc;
+    for (;;) {
+        ssize_t n;
+        int kind = fd_kind(fd);
+        if (kind != WEFT__FD_OTHER) {
+            struct msghdr m = {.msg_iov = (struct iovec *)iov,
+                               .msg_iovlen = (size_t)cnt};
+            n = sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n >= 0 && kind == WEFT__FD_UNKNOWN)
+                fd_set_kind(fd, WEFT__FD_SOCKET);
+            if (n < 0 && errno == ENOTSOCK) {
+                if (socket_only)
+                    return -ENOTSOCK;
+                fd_set_kind(fd, WEFT__FD_OTHER);
+                if ((rc = ensure_nonblock(fd)) < 0)
+                    return rc;
+                continue;
+            }
+        } else {
+            n = writev_nosigpipe(fd, iov, cnt);
+        }
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if ((rc = failed()) < 0)
+            return rc;
+        rc = io_wait(fd, WEFT_WRITABLE, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline)
+{
+    if (!buf && len)
+        return -EINVAL;
+    if (len == 0) {
+        int rc = begin(fd, deadline);
+        return rc < 0 ? rc : 0;
+    }
+    struct iovec iov = {(void *)buf, len};
+    return do_writev(fd, &iov, 1, 0, deadline, false);
+}
+
+ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt, int64_t deadline)
+{
+    if (iovcnt < 0 || iovcnt > IOV_MAX || (!iov && iovcnt))
+        return -EINVAL;
+    return do_writev(fd, iov, iovcnt, 0, deadline, false);
+}
+
+ssize_t weft_send(int fd, const void *buf, size_t len, int flags,
+                  int64_t deadline)
+{
+    if (!buf && len)
+        return -EINVAL;
+    struct iovec iov = {(void *)buf, len};
+    return do_writev(fd, &iov, 1, flags, deadline, true);
+}
+
+int weft_write_all(int fd, const void *buf, size_t len, size_t *written,
+                   int64_t deadline)
+{
+    size_t done = 0;
+    int rc = 0;
+    if (!buf && len)
+        rc = -EINVAL;
+    while (rc == 0 && done < len) {
+        ssize_t n = weft_write(fd, (const char *)buf + done, len - done,
+                               deadline);
+        if (n < 0)
+            rc = (int)n;
+        else
+            done += (size_t)n;
+    }
+    if (written)
+        *written = done;
+    return rc;
+}
+
+/* ---- readiness ---------------------------------------------------------- */
+
+int weft_wait_fd(int fd, int events, int64_t deadline)
+{
+    int rc = begin(fd, deadline);
+    if (rc < 0)
+        return rc;
+    const int valid = WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE;
+    if (!events || (events & ~valid))
+        return -EINVAL;
+    /* Readiness that already exists is reported at once (and edge-triggered
+     * backends need the check: no new edge may come). */
+    struct pollfd p = {.fd = fd, .events = 0};
+    if (events & WEFT_READABLE)
+        p.events |= POLLIN | POLLRDHUP;
+    if (events & WEFT_PRIORITY)
+        p.events |= POLLPRI;
+    if (events & WEFT_WRITABLE)
+        p.events |= POLLOUT;
+    for (;;) {
+        int n = poll(&p, 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n > 0) {
+            if (p.revents & POLLNVAL)
+                return -EBADF;
+            int m = 0;
+            if (p.revents & (POLLIN | POLLRDHUP))
+                m |= WEFT_READABLE;
+            if (p.revents & POLLPRI)
+                m |= WEFT_PRIORITY;
+            if (p.revents & POLLOUT)
+                m |= WEFT_WRITABLE;
+            if (p.revents & POLLERR)
+                m |= WEFT_ERROR;
+            if (p.revents & POLLHUP)
+                m |= WEFT_HANGUP;
+            return (m & events) | (m & (WEFT_ERROR | WEFT_HANGUP));
+        }
+        break;
+    }
+    rc = io_wait(fd, (uint32_t)events, deadline);
+    if (rc > 0)
+        rc &= events | WEFT_ERROR | WEFT_HANGUP;
+    return rc;
+}
+
+/* ---- sockets ------------------------------------------------------------ */
+
+static void adopt(int fd, int kind)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (!s)
+        return;
+    weft__reactor_fd_new(&s->r, fd);
+    weft__fdstate *st = weft__fd(&s->r, fd);
+    if (st) {
+        st->kind = (uint8_t)kind;
+        st->nonblock = 1;
+    }
+}
+
+int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
+                int64_t deadline)
+{
+    int rc = begin(fd, deadline);
+    if (rc < 0)
+        return rc;
+    if (addr && !addrlen)
+        return -EINVAL;
+    if ((rc = ensure_nonblock(fd)) < 0)
+        return rc;
+    for (;;) {
+        int c = accept4(fd, addr, addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c >= 0) {
+            adopt(c, WEFT__FD_SOCKET);
+            return c;
+        }
+        int e = errno;
+        if (e == EINTR || e == ECONNABORTED || e == EPROTO)
+            continue;
+        if ((rc = failed()) < 0)
+            return rc;
+        rc = io_wait(fd, WEFT_READABLE, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
+                 int64_t deadline)
+{
+    int rc = begin(fd, deadline);
+    if (rc < 0)
+        return rc;
+    if (!addr)
+        return -EINVAL;
+    if ((rc = ensure_nonblock(fd)) < 0)
+        return rc;
+    for (;;) {
+        if (connect(fd, addr, addrlen) == 0)
+            return 0;
+        int e = errno;
+        if (e == EISCONN)
+            return 0;
+        if (e == EINPROGRESS || e == EINTR || e == EALREADY) {
+            rc = io_wait(fd, WEFT_WRITABLE, deadline);
+            if (rc < 0)
+                return rc;
+            int err = 0;
+            socklen_t l = sizeof err;
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+                return -errno;
+            return err ? -err : 0;
+        }
+        if (e == EAGAIN) { /* a full Unix socket backlog: wait and retry */
+            rc = io_wait(fd, WEFT_WRITABLE, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        return -e;
+    }
+}
+
+int weft_shutdown(int fd, int how)
+{
+    if (fd < 0)
+        return -EBADF;
+    return shutdown(fd, how) < 0 ? -errno : 0;
+}
+
+int weft_fd_forget(int fd)
+{
+    if (fd < 0)
+        return -EBADF;
+    weft_sched_t *s = weft__sched_tls();
+    if (s)
+        weft__reactor_fd_close(&s->r, fd, -EBADF);
+    return 0;
+}
+
+int weft_close(int fd)
+{
+    if (fd < 0)
+        return -EBADF;
+    weft_fd_forget(fd);
+    /* On Linux the descriptor is released even when close reports EINTR. */
+    if (close(fd) < 0 && errno != EINTR)
+        return -errno;
+    return 0;
+}
+
+int weft_socket(int domain, int type, int protocol)
+{
+    int fd = socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+    if (fd < 0)
+        return -errno;
+    adopt(fd, WEFT__FD_SOCKET);
+    return fd;
+}
+
+int weft_pipe(int fds[2])
+{
+    if (!fds)
+        return -EINVAL;
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0)
+        return -errno;
+    adopt(fds[0], WEFT__FD_OTHER);
+    adopt(fds[1], WEFT__FD_OTHER);
+    return 0;
+}
+
+static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
+                      socklen_t *len)
+{
+    if (port < 0 || port > 65535)
+        return -EINVAL;
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (!host || !*host) {
+        v4->sin_family = AF_INET;
+        v4->sin_addr.s_addr = htonl(INADDR_ANY);
+        v4->sin_port = htons((uint16_t)port);
+        *len = sizeof *v4;
+        return 0;
+    }
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        *len = sizeof *v4;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        *len = sizeof *v6;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int weft_tcp_listen(const char *host, int port, int backlog, int reuseport)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = parse_addr(host, port, &ss, &len);
+    if (rc < 0)
+        return rc;
+    int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
+    if (fd < 0)
+        return fd;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (reuseport &&
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+        goto fail;
+    if (bind(fd, (struct sockaddr *)&ss, len) < 0)
+        goto fail;
+    if (listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
+        goto fail;
+    return fd;
+fail:
+    rc = -errno;
+    weft_close(fd);
+    return rc;
+}
+
+int weft_tcp_connect(const char *host, int port, int64_t deadline)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = parse_addr(host, port, &ss, &len);
+    if (rc < 0)
+        return rc;
+    if (!host || !*host || port == 0)
+        return -EINVAL;
+    if ((rc = weft__precheck(deadline)) < 0)
+        return rc;
+    int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
+    if (fd < 0)
+        return fd;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    rc = weft_connect(fd, (struct sockaddr *)&ss, len, deadline);
+    if (rc < 0) {
+        weft_close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int weft_local_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -EAFNOSUPPORT;
+}

@@ -1,0 +1,340 @@
+/*
+ * reactor.c — the event loop shared by every kind of fiber.
+ *
+ * It holds waits (an fd part, a deadline part, or neither), the timer heap,
+ * the per-descriptor table and the cross-thread post queue, and it drives a
+ * backend. It knows nothing about stacks: completing a wait stores the
+ * result and calls the waiter's wake function, which for a C fiber puts the
+ * fiber on its run queue and for a Ruby fiber schedules a transfer.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t weft_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t weft_deadline_in(int64_t ns)
+{
+    if (ns < 0)
+        return WEFT_FOREVER;
+    int64_t now = weft_now();
+    if (ns > INT64_MAX - now)
+        return INT64_MAX;
+    return now + ns;
+}
+
+/* ---- descriptor table ------------------------------------------------ */
+
+weft__fdstate *weft__fd(weft__reactor *r, int fd)
+{
+    if (WEFT_LIKELY(fd < r->nfds))
+        return &r->fds[fd];
+    int n = r->nfds ? r->nfds : 256;
+    while (n <= fd) {
+        if (n > INT32_MAX / 2)
+            return NULL;
+        n *= 2;
+    }
+    weft__fdstate *nf = realloc(r->fds, (size_t)n * sizeof *nf);
+    if (!nf)
+        return NULL;
+    memset(nf + r->nfds, 0, (size_t)(n - r->nfds) * sizeof *nf);
+    for (int i = r->nfds; i < n; i++)
+        nf[i].pidx = -1;
+    r->fds = nf;
+    r->nfds = n;
+    return &r->fds[fd];
+}
+
+static void fd_unlink(weft__reactor *r, weft__wait *w)
+{
+    weft__fdstate *st = &r->fds[w->fd];
+    if (w->fprev)
+        w->fprev->fnext = w->fnext;
+    else
+        st->head = w->fnext;
+    if (w->fnext)
+        w->fnext->fprev = w->fprev;
+    w->fnext = w->fprev = NULL;
+    int fd = w->fd;
+    w->fd = -1;
+    r->nfd_waits--;
+    if (r->ops->fd_update)
+        (void)r->ops->fd_update(r, fd);
+}
+
+/* ---- waits ------------------------------------------------------------ */
+
+static void wait_timer_fired(weft__timer *t)
+{
+    weft__wait *w = (weft__wait *)((char *)t - offsetof(weft__wait, timer));
+    weft__wait_complete(w, -ETIMEDOUT);
+}
+
+void weft__wait_init(weft__wait *w, weft__reactor *r,
+                     void (*wake)(weft__wait *), void *owner)
+{
+    w->wake = wake;
+    w->owner = owner;
+    w->result = 0;
+    w->fd = -1;
+    w->events = 0;
+    w->gen = 0;
+    w->fnext = w->fprev = NULL;
+    w->timer.idx = WEFT__TIMER_IDLE;
+    w->timer.fire = wait_timer_fired;
+    w->r = r;
+    w->active = true;
+    r->nwaits++;
+}
+
+int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
+{
+    if (deadline == WEFT_FOREVER || !w->active)
+        return 0;
+    if (deadline <= 0 || deadline <= weft_now()) {
+        weft__wait_complete(w, -ETIMEDOUT);
+        return 0;
+    }
+    w->timer.deadline = deadline;
+    return weft__heap_push(&w->r->timers, &w->timer);
+}
+
+int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
+{
+    if (!w->active)
+        return 0;
+    weft__reactor *r = w->r;
+    weft__fdstate *st = weft__fd(r, fd);
+    if (!st)
+        return -ENOMEM;
+    if (st->always_ready) {
+        weft__wait_complete(w, (int)events);
+        return 0;
+    }
+    w->fd = fd;
+    w->events = events;
+    w->gen = st->gen;
+    w->fprev = NULL;
+    w->fnext = st->head;
+    if (st->head)
+        st->head->fprev = w;
+    st->head = w;
+    r->nfd_waits++;
+    int rc = r->ops->fd_update(r, fd);
+    if (rc < 0) {
+        fd_unlink(r, w);
+        if (rc == -EPERM) {
+            /* The backend cannot watch this kind of file (a regular file
+             * with epoll): it is always ready. */
+            r->fds[fd].always_ready = 1;
+            weft__wait_complete(w, (int)events);
+            return 0;
+        }
+        return rc;
+    }
+    return 0;
+}
+
+void weft__wait_complete(weft__wait *w, int result)
+{
+    if (!w->active)
+        return;
+    w->active = false;
+    weft__reactor *r = w->r;
+    if (w->timer.idx != WEFT__TIMER_IDLE)
+        weft__heap_remove(&r->timers, &w->timer);
+    if (w->fd >= 0)
+        fd_unlink(r, w);
+    r->nwaits--;
+    w->result = result;
+    w->wake(w);
+}
+
+void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents)
+{
+    if (token == WEFT__WAKE_TOKEN) {
+        weft__reactor_drain_posts(r);
+        return;
+    }
+    int fd = (int)(uint32_t)token;
+    uint32_t gen = (uint32_t)(token >> 32);
+    if (fd < 0 || fd >= r->nfds || r->fds[fd].gen != gen)
+        return; /* stale: the descriptor was closed or reused */
+    uint32_t problems = revents & (WEFT_ERROR | WEFT_HANGUP);
+    uint32_t avail = revents & (WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE);
+    if (problems)
+        avail |= WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE;
+    weft__wait *w = r->fds[fd].head, *next;
+    for (; w; w = next) {
+        next = w->fnext;
+        uint32_t m = w->events & avail;
+        if (m)
+            weft__wait_complete(w, (int)(m | problems));
+    }
+}
+
+void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
+{
+    if (fd < 0 || fd >= r->nfds)
+        return;
+    while (r->fds[fd].head)
+        weft__wait_complete(r->fds[fd].head, err);
+    if (r->ops->fd_forget)
+        r->ops->fd_forget(r, fd);
+    weft__fdstate *st = &r->fds[fd];
+    st->gen++;
+    st->registered = 0;
+    st->kind = WEFT__FD_UNKNOWN;
+    st->nonblock = 0;
+    st->always_ready = 0;
+}
+
+void weft__reactor_fd_new(weft__reactor *r, int fd)
+{
+    weft__reactor_fd_close(r, fd, -EBADF);
+}
+
+/* ---- cross-thread posts ----------------------------------------------- */
+
+int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg)
+{
+    weft__post *p = malloc(sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->next = NULL;
+    p->fn = fn;
+    p->arg = arg;
+    pthread_mutex_lock(&r->post_lock);
+    if (r->post_tail)
+        r->post_tail->next = p;
+    else
+        r->post_head = p;
+    r->post_tail = p;
+    atomic_fetch_add(&r->posted, 1);
+    pthread_mutex_unlock(&r->post_lock);
+    /* Only the first poster after a drain writes the eventfd. */
+    if (!atomic_exchange(&r->wake_pending, 1)) {
+        uint64_t one = 1;
+        while (write(r->wakefd, &one, sizeof one) < 0 && errno == EINTR)
+            ;
+    }
+    return 0;
+}
+
+void weft__reactor_drain_posts(weft__reactor *r)
+{
+    uint64_t v;
+    while (read(r->wakefd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+    /* Clear before taking the list: a post that lands after the swap then
+     * writes the eventfd again, so none is left waiting. */
+    atomic_store(&r->wake_pending, 0);
+    pthread_mutex_lock(&r->post_lock);
+    weft__post *p = r->post_head;
+    r->post_head = r->post_tail = NULL;
+    pthread_mutex_unlock(&r->post_lock);
+    while (p) {
+        weft__post *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        atomic_fetch_sub(&r->posted, 1);
+        p = next;
+    }
+}
+
+/* ---- life cycle and loop ----------------------------------------------- */
+
+static const weft__backend_ops *pick_backend(weft_backend_t which, int *err)
+{
+    *err = 0;
+    if (which == WEFT_BACKEND_DEFAULT) {
+        const char *env = getenv("WEFT_BACKEND");
+        if (!env || !*env || !strcmp(env, "epoll") || !strcmp(env, "io_uring"))
+            return &weft__backend_epoll;
+        if (!strcmp(env, "poll"))
+            return &weft__backend_poll;
+        *err = -EINVAL;
+        return NULL;
+    }
+    switch (which) {
+    case WEFT_BACKEND_EPOLL:
+    case WEFT_BACKEND_IO_URING: /* not built yet: the same fallback as when
+                                   io_uring is denied */
+        return &weft__backend_epoll;
+    case WEFT_BACKEND_POLL:
+        return &weft__backend_poll;
+    default:
+        *err = -EINVAL;
+        return NULL;
+    }
+}
+
+int weft__reactor_init(weft__reactor *r, weft_backend_t which)
+{
+    int err;
+    memset(r, 0, sizeof *r);
+    r->bfd = -1;
+    r->ops = pick_backend(which, &err);
+    if (!r->ops)
+        return err;
+    r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->wakefd < 0)
+        return -errno;
+    pthread_mutex_init(&r->post_lock, NULL);
+    int rc = r->ops->init(r);
+    if (rc < 0) {
+        close(r->wakefd);
+        pthread_mutex_destroy(&r->post_lock);
+        return rc;
+    }
+    return 0;
+}
+
+void weft__reactor_fini(weft__reactor *r)
+{
+    weft__post *p = r->post_head;
+    while (p) {
+        weft__post *next = p->next;
+        free(p);
+        p = next;
+    }
+    r->post_head = r->post_tail = NULL;
+    atomic_store(&r->posted, 0);
+    r->ops->fini(r);
+    close(r->wakefd);
+    pthread_mutex_destroy(&r->post_lock);
+    weft__heap_fini(&r->timers);
+    free(r->fds);
+    r->fds = NULL;
+    r->nfds = 0;
+}
+
+int weft__reactor_run_once(weft__reactor *r, bool may_block)
+{
+    int64_t timeout = may_block ? -1 : 0;
+    weft__timer *t = weft__heap_top(&r->timers);
+    if (t && timeout != 0) {
+        int64_t d = t->deadline - weft_now();
+        timeout = d < 0 ? 0 : d;
+    }
+    int rc = r->ops->poll(r, timeout);
+    if (r->timers.n) {
+        int64_t now = weft_now();
+        while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {
+            weft__heap_remove(&r->timers, t);
+            t->fire(t);
+        }
+    }
+    return rc;
+}

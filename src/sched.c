@@ -1,0 +1,732 @@
+/*
+ * sched.c — fibers on top of the reactor.
+ *
+ * A fiber's control block lives at the top of its own stack mapping, so a
+ * parked fiber that has used little stack costs a single page. Handles are
+ * (index, generation) pairs into a slot table, so stale handles are caught.
+ * Switches go fiber to fiber directly; the loop's own context (the thread's
+ * stack) runs only when nothing is runnable or every WEFT__POLL_TICKS
+ * switches, to poll for I/O and timers.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef WEFT_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef WEFT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#define DEFAULT_STACK ((size_t)64 * 1024)
+#define MIN_STACK ((size_t)16 * 1024)
+#define MAX_STACK ((size_t)1 << 30)
+
+enum { SLOT_FREE = 0, SLOT_LIVE = 1, SLOT_FINISHED = 2, SLOT_DETACHED = 3 };
+
+static __thread weft_sched_t *tls_sched;
+
+weft_sched_t *weft__sched_tls(void) { return tls_sched; }
+
+weft__fiber *weft__current(void)
+{
+    weft_sched_t *s = tls_sched;
+    if (!s || s->current->is_main)
+        return NULL;
+    return s->current;
+}
+
+int weft_in_fiber(void) { return weft__current() != NULL; }
+
+/* ---- run queue ---------------------------------------------------------- */
+
+static inline void rq_push(weft_sched_t *s, weft__fiber *f)
+{
+    f->state = WEFT__F_READY;
+    f->next = NULL;
+    if (s->rq_tail)
+        s->rq_tail->next = f;
+    else
+        s->rq_head = f;
+    s->rq_tail = f;
+}
+
+static inline weft__fiber *rq_pop(weft_sched_t *s)
+{
+    weft__fiber *f = s->rq_head;
+    if (f) {
+        s->rq_head = f->next;
+        if (!s->rq_head)
+            s->rq_tail = NULL;
+    }
+    return f;
+}
+
+void weft__fiber_wake(weft__wait *w)
+{
+    weft__fiber *f = w->owner;
+    rq_push(f->sched, f);
+}
+
+/* ---- switching ---------------------------------------------------------- */
+
+static void release_zombie(weft_sched_t *s)
+{
+    weft__fiber *z = s->zombie;
+    weft__stack st = z->stack;
+    s->zombie = NULL;
+#ifdef WEFT_TSAN
+    __tsan_destroy_fiber(z->tsan_fiber);
+#endif
+    weft__stack_put(&s->stacks, &st);
+}
+
+static inline void after_switch(weft_sched_t *s, weft__fiber *self)
+{
+#ifdef WEFT_ASAN
+    __sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
+#else
+    (void)self;
+#endif
+    if (WEFT_UNLIKELY(s->zombie != NULL))
+        release_zombie(s);
+}
+
+static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to)
+{
+    s->current = to;
+    to->state = WEFT__F_RUNNING;
+    s->switches++;
+#ifdef WEFT_ASAN
+    const void *lo;
+    size_t size;
+    if (to->is_main) {
+        lo = s->main_stack_lo;
+        size = s->main_stack_size;
+    } else {
+        lo = to->stack.base + to->stack.guard;
+        size = to->stack.map_size - to->stack.guard;
+    }
+    __sanitizer_start_switch_fiber(
+        from->state == WEFT__F_DEAD ? NULL : &from->asan_fake, lo, size);
+#endif
+#ifdef WEFT_TSAN
+    __tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+    weft__ctx_switch(&from->ctx, &to->ctx);
+    after_switch(s, from);
+}
+
+/* The next context to run after the current fiber stops running. */
+static inline weft__fiber *next_to_run(weft_sched_t *s)
+{
+    if (s->rq_head && ++s->tick < WEFT__POLL_TICKS)
+        return rq_pop(s);
+    return &s->main;
+}
+
+static void switch_away(weft_sched_t *s, weft__fiber *self)
+{
+    weft__fiber *n = next_to_run(s);
+    if (n != self)
+        do_switch(s, self, n);
+    else
+        self->state = WEFT__F_RUNNING;
+}
+
+int weft__block(weft__wait *w)
+{
+    weft_sched_t *s = tls_sched;
+    weft__fiber *f = s->current;
+    if (w->active) {
+        f->wait = w;
+        f->state = WEFT__F_BLOCKED;
+        switch_away(s, f);
+        f->wait = NULL;
+    }
+    return w->result;
+}
+
+int weft__precheck(int64_t deadline)
+{
+    weft_sched_t *s = tls_sched;
+    if (!s || s->current->is_main)
+        return -EPERM;
+    if (deadline < -1)
+        return -EINVAL;
+    if (s->current->cancelled)
+        return -ECANCELED;
+    return 0;
+}
+
+/* ---- handles ------------------------------------------------------------ */
+
+static inline weft_fiber_t handle_of(weft_sched_t *s, uint32_t idx)
+{
+    return (weft_fiber_t){((uint64_t)s->slots[idx].gen << 32) | (idx + 1)};
+}
+
+static weft__slot *slot_lookup(weft_sched_t *s, weft_fiber_t h)
+{
+    if (!s)
+        return NULL;
+    uint32_t idx = (uint32_t)h.id - 1;
+    uint32_t gen = (uint32_t)(h.id >> 32);
+    if (h.id == 0 || idx >= s->nslots)
+        return NULL;
+    weft__slot *sl = &s->slots[idx];
+    if (sl->gen != gen || sl->state == SLOT_FREE)
+        return NULL;
+    return sl;
+}
+
+static int slot_alloc(weft_sched_t *s, uint32_t *out)
+{
+    if (s->free_slot != UINT32_MAX) {
+        *out = s->free_slot;
+        s->free_slot = s->slots[*out].next_free;
+        return 0;
+    }
+    if (s->nslots == s->slot_cap) {
+        if (s->slot_cap >= UINT32_MAX / 2)
+            return -ENOMEM;
+        uint32_t ncap = s->slot_cap ? s->slot_cap * 2 : 256;
+        weft__slot *ns = realloc(s->slots, (size_t)ncap * sizeof *ns);
+        if (!ns)
+            return -ENOMEM;
+        s->slots = ns;
+        s->slot_cap = ncap;
+    }
+    *out = s->nslots++;
+    s->slots[*out].gen = 1;
+    return 0;
+}
+
+static void slot_free(weft_sched_t *s, uint32_t idx)
+{
+    weft__slot *sl = &s->slots[idx];
+    if (sl->state == SLOT_LIVE || sl->state == SLOT_FINISHED)
+        s->handles--;
+    sl->state = SLOT_FREE;
+    sl->fiber = NULL;
+    sl->result = NULL;
+    if (++sl->gen == 0)
+        sl->gen = 1;
+    sl->next_free = s->free_slot;
+    s->free_slot = idx;
+}
+
+/* ---- fiber-local storage ------------------------------------------------ */
+
+static atomic_uint fls_count;
+static void (*_Atomic fls_dtors[WEFT_FLS_MAX])(void *);
+
+int weft_fls_key_create(weft_fls_key_t *key, void (*destructor)(void *))
+{
+    if (!key)
+        return -EINVAL;
+    unsigned n = atomic_load(&fls_count);
+    do {
+        if (n >= WEFT_FLS_MAX)
+            return -EAGAIN;
+    } while (!atomic_compare_exchange_weak(&fls_count, &n, n + 1));
+    atomic_store(&fls_dtors[n], destructor);
+    *key = n;
+    return 0;
+}
+
+int weft_fls_set(weft_fls_key_t key, void *value)
+{
+    weft__fiber *f = weft__current();
+    if (!f)
+        return -EPERM;
+    if (key >= atomic_load(&fls_count))
+        return -EINVAL;
+    if (!f->fls) {
+        if (!value)
+            return 0;
+        f->fls = calloc(WEFT_FLS_MAX, sizeof(void *));
+        if (!f->fls)
+            return -ENOMEM;
+    }
+    f->fls[key] = value;
+    return 0;
+}
+
+void *weft_fls_get(weft_fls_key_t key)
+{
+    weft__fiber *f = weft__current();
+    if (!f || !f->fls || key >= WEFT_FLS_MAX)
+        return NULL;
+    return f->fls[key];
+}
+
+static void fls_run_destructors(weft__fiber *f)
+{
+    if (!f->fls)
+        return;
+    for (int round = 0; round < 4; round++) {
+        bool any = false;
+        for (unsigned k = 0; k < WEFT_FLS_MAX; k++) {
+            void *v = f->fls[k];
+            void (*d)(void *) = atomic_load(&fls_dtors[k]);
+            if (v && d) {
+                f->fls[k] = NULL;
+                d(v);
+                any = true;
+            }
+        }
+        if (!any)
+            break;
+    }
+    free(f->fls);
+    f->fls = NULL;
+}
+
+/* ---- fiber life --------------------------------------------------------- */
+
+static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
+{
+    fls_run_destructors(f);
+    weft__slot *sl = &s->slots[f->slot];
+    if (sl->state == SLOT_DETACHED) {
+        slot_free(s, f->slot);
+    } else {
+        sl->state = SLOT_FINISHED;
+        sl->result = res;
+        sl->fiber = NULL;
+    }
+    if (f->joiner)
+        weft__wait_complete(f->joiner, 0);
+    s->live--;
+    f->state = WEFT__F_DEAD;
+    s->zombie = f;
+    weft__fiber *n = next_to_run(s);
+    do_switch(s, f, n);
+    __builtin_unreachable();
+}
+
+static void fiber_entry(void *p)
+{
+    weft__fiber *f = p;
+    weft_sched_t *s = f->sched;
+    after_switch(s, f);
+    void *res = f->fn(f->arg);
+    fiber_finish(s, f, res);
+}
+
+int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
+               weft_fiber_t *out)
+{
+    if (!fn)
+        return -EINVAL;
+    weft_sched_t *s = weft_sched_self();
+    if (!s)
+        return -ENOMEM;
+    size_t page = weft__page_size();
+    size_t want = opts && opts->stack_size ? opts->stack_size : s->default_stack;
+    if (want < MIN_STACK || want > MAX_STACK)
+        return -EINVAL;
+    want = (want + page - 1) & ~(page - 1);
+
+    uint32_t idx;
+    int rc = slot_alloc(s, &idx);
+    if (rc < 0)
+        return rc;
+    weft__stack st;
+    rc = weft__stack_get(&s->stacks, want + page, &st);
+    if (rc < 0) {
+        s->slots[idx].state = SLOT_LIVE; /* so slot_free keeps counts right */
+        s->handles++;
+        slot_free(s, idx);
+        return rc;
+    }
+#ifdef WEFT_ASAN
+    __asan_unpoison_memory_region(st.base + st.guard, st.map_size - st.guard);
+#endif
+    size_t fsz = (sizeof(weft__fiber) + 63) & ~(size_t)63;
+    weft__fiber *f = (weft__fiber *)(st.base + st.map_size - fsz);
+    memset(f, 0, sizeof *f);
+    f->sched = s;
+    f->fn = fn;
+    f->arg = arg;
+    f->stack = st;
+    f->slot = idx;
+    char *lo = st.base + st.guard;
+    weft__ctx_make(&f->ctx, lo, (size_t)((char *)f - lo), fiber_entry, f);
+#ifdef WEFT_TSAN
+    f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    weft__slot *sl = &s->slots[idx];
+    sl->fiber = f;
+    sl->result = NULL;
+    sl->state = out ? SLOT_LIVE : SLOT_DETACHED;
+    if (out) {
+        s->handles++;
+        *out = handle_of(s, idx);
+    }
+    s->live++;
+    s->spawned++;
+    rq_push(s, f);
+    return 0;
+}
+
+weft_fiber_t weft_self(void)
+{
+    weft__fiber *f = weft__current();
+    if (!f)
+        return (weft_fiber_t){0};
+    return handle_of(f->sched, f->slot);
+}
+
+int weft_yield(void)
+{
+    int rc = weft__precheck(WEFT_FOREVER);
+    if (rc < 0)
+        return rc;
+    weft_sched_t *s = tls_sched;
+    weft__fiber *f = s->current;
+    rq_push(s, f);
+    switch_away(s, f);
+    return f->cancelled ? -ECANCELED : 0;
+}
+
+static int wait_deadline(int64_t deadline, bool park)
+{
+    weft_sched_t *s = tls_sched;
+    weft__fiber *f = s->current;
+    weft__wait w;
+    weft__wait_init(&w, &s->r, weft__fiber_wake, f);
+    int rc = weft__wait_arm_deadline(&w, deadline);
+    if (rc < 0) {
+        weft__wait_complete(&w, rc);
+        return rc;
+    }
+    f->parked = park;
+    rc = weft__block(&w);
+    f->parked = 0;
+    return rc;
+}
+
+int weft_sleep_until(int64_t deadline)
+{
+    int rc = weft__precheck(deadline);
+    if (rc < 0)
+        return rc;
+    rc = wait_deadline(deadline, false);
+    return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+int weft_sleep(int64_t ns)
+{
+    if (ns < 0)
+        return -EINVAL;
+    return weft_sleep_until(weft_deadline_in(ns));
+}
+
+int weft_park(int64_t deadline)
+{
+    int rc = weft__precheck(deadline);
+    if (rc < 0)
+        return rc;
+    weft__fiber *f = tls_sched->current;
+    if (f->permit) {
+        f->permit = 0;
+        return 0;
+    }
+    return wait_deadline(deadline, true);
+}
+
+static int unpark_local(weft_sched_t *s, weft_fiber_t h)
+{
+    weft__slot *sl = slot_lookup(s, h);
+    if (!sl || !sl->fiber)
+        return -ESRCH;
+    weft__fiber *f = sl->fiber;
+    if (f->state == WEFT__F_BLOCKED && f->parked && f->wait)
+        weft__wait_complete(f->wait, 0);
+    else
+        f->permit = 1;
+    return 0;
+}
+
+typedef struct remote_unpark {
+    weft_sched_t *s;
+    weft_fiber_t h;
+} remote_unpark;
+
+static void remote_unpark_cb(void *p)
+{
+    remote_unpark *ru = p;
+    (void)unpark_local(ru->s, ru->h);
+    free(ru);
+}
+
+int weft_unpark(weft_sched_t *s, weft_fiber_t h)
+{
+    if (!s)
+        s = tls_sched;
+    if (!s || h.id == 0)
+        return -ESRCH;
+    if (s == tls_sched)
+        return unpark_local(s, h);
+    remote_unpark *ru = malloc(sizeof *ru);
+    if (!ru)
+        return -ENOMEM;
+    ru->s = s;
+    ru->h = h;
+    int rc = weft__reactor_post(&s->r, remote_unpark_cb, ru);
+    if (rc < 0)
+        free(ru);
+    return rc;
+}
+
+int weft_cancel(weft_fiber_t h)
+{
+    weft_sched_t *s = tls_sched;
+    weft__slot *sl = slot_lookup(s, h);
+    if (!sl)
+        return -ESRCH;
+    weft__fiber *f = sl->fiber;
+    if (!f)
+        return 0; /* finished */
+    f->cancelled = 1;
+    if (f->state == WEFT__F_BLOCKED && f->wait)
+        weft__wait_complete(f->wait, -ECANCELED);
+    return 0;
+}
+
+int weft_cancelled(void)
+{
+    weft__fiber *f = weft__current();
+    return f && f->cancelled;
+}
+
+int weft_join(weft_fiber_t h, void **result, int64_t deadline)
+{
+    int rc = weft__precheck(deadline);
+    if (rc < 0)
+        return rc;
+    weft_sched_t *s = tls_sched;
+    weft__slot *sl = slot_lookup(s, h);
+    if (!sl)
+        return -ESRCH;
+    if (sl->state == SLOT_DETACHED)
+        return -EINVAL;
+    if (sl->fiber == s->current)
+        return -EDEADLK;
+    if (sl->state == SLOT_LIVE) {
+        weft__fiber *f = sl->fiber;
+        if (f->joiner)
+            return -EINVAL;
+        weft__wait w;
+        weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
+        rc = weft__wait_arm_deadline(&w, deadline);
+        if (rc < 0) {
+            weft__wait_complete(&w, rc);
+            return rc;
+        }
+        f->joiner = &w;
+        rc = weft__block(&w);
+        sl = slot_lookup(s, h); /* the table may have moved */
+        if (rc < 0) {
+            if (sl && sl->fiber && sl->fiber->joiner == &w)
+                sl->fiber->joiner = NULL;
+            return rc;
+        }
+    }
+    if (result)
+        *result = sl->result;
+    slot_free(s, (uint32_t)h.id - 1);
+    return 0;
+}
+
+int weft_detach(weft_fiber_t h)
+{
+    weft_sched_t *s = tls_sched;
+    weft__slot *sl = slot_lookup(s, h);
+    if (!sl)
+        return -ESRCH;
+    if (sl->state == SLOT_DETACHED)
+        return -EINVAL;
+    if (sl->state == SLOT_FINISHED) {
+        slot_free(s, (uint32_t)h.id - 1);
+    } else {
+        if (sl->fiber->joiner)
+            return -EINVAL;
+        sl->state = SLOT_DETACHED;
+        s->handles--;
+    }
+    return 0;
+}
+
+/* ---- scheduler ---------------------------------------------------------- */
+
+int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
+{
+    if (!out)
+        return -EINVAL;
+    if (tls_sched)
+        return -EEXIST;
+    weft_sched_opts_t o = {0};
+    if (opts)
+        o = *opts;
+    if (o.stack_size && (o.stack_size < MIN_STACK || o.stack_size > MAX_STACK))
+        return -EINVAL;
+    if ((unsigned)o.backend > WEFT_BACKEND_IO_URING)
+        return -EINVAL;
+    weft_sched_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    size_t page = weft__page_size();
+    s->default_stack = o.stack_size ? (o.stack_size + page - 1) & ~(page - 1)
+                                    : DEFAULT_STACK;
+    s->stacks.limit = o.stack_cache ? o.stack_cache : 1024;
+    s->stacks.map_size = s->default_stack + page;
+    s->free_slot = UINT32_MAX;
+    s->owner = pthread_self();
+    s->main.is_main = 1;
+    s->main.state = WEFT__F_RUNNING;
+    s->main.sched = s;
+    s->current = &s->main;
+    int rc = weft__reactor_init(&s->r, o.backend);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+#ifdef WEFT_ASAN
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *lo;
+        size_t size;
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0) {
+            s->main_stack_lo = lo;
+            s->main_stack_size = size;
+        }
+        pthread_attr_destroy(&attr);
+    }
+#endif
+#ifdef WEFT_TSAN
+    s->main.tsan_fiber = __tsan_get_current_fiber();
+#endif
+    if (!o.no_overflow_handler && !getenv("WEFT_NO_OVERFLOW_HANDLER"))
+        weft__overflow_install(s);
+    tls_sched = s;
+    *out = s;
+    return 0;
+}
+
+weft_sched_t *weft_sched_self(void)
+{
+    weft_sched_t *s = tls_sched;
+    if (!s && weft_sched_create(&s, NULL) < 0)
+        return NULL;
+    return s;
+}
+
+int weft_sched_run(weft_sched_t *s)
+{
+    if (!s)
+        return -EINVAL;
+    if (s != tls_sched || !s->current->is_main)
+        return -EPERM;
+    if (s->running)
+        return -EBUSY;
+    s->running = true;
+    int rc = 0;
+    for (;;) {
+        if (s->rq_head) {
+            if (s->tick >= WEFT__POLL_TICKS) {
+                s->tick = 0;
+                rc = weft__reactor_run_once(&s->r, false);
+                if (rc < 0)
+                    break;
+            }
+            do_switch(s, &s->main, rq_pop(s));
+            continue;
+        }
+        if (s->live == 0)
+            break;
+        s->tick = 0;
+        rc = weft__reactor_run_once(&s->r, true);
+        if (rc < 0)
+            break;
+    }
+    s->running = false;
+    return rc;
+}
+
+int weft_sched_destroy(weft_sched_t *s)
+{
+    if (!s)
+        return -EINVAL;
+    if (s != tls_sched)
+        return -EPERM;
+    if (s->running || s->live || !s->current->is_main)
+        return -EBUSY;
+    weft__reactor_fini(&s->r);
+    weft__stack_cache_fini(&s->stacks);
+    free(s->slots);
+    weft__overflow_remove(s);
+    tls_sched = NULL;
+    free(s);
+    return 0;
+}
+
+const char *weft_sched_backend(const weft_sched_t *s)
+{
+    return s ? s->r.ops->name : NULL;
+}
+
+int weft_sched_post(weft_sched_t *s, void (*fn)(void *), void *arg)
+{
+    if (!s || !fn)
+        return -EINVAL;
+    return weft__reactor_post(&s->r, fn, arg);
+}
+
+int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
+{
+    if (!s || !st)
+        return -EINVAL;
+    memset(st, 0, sizeof *st);
+    st->fibers = s->live;
+    st->handles = s->handles;
+    st->timers = s->r.timers.n;
+    st->waits = s->r.nwaits;
+    st->fd_waits = s->r.nfd_waits;
+    st->posted = atomic_load(&((weft_sched_t *)s)->r.posted);
+    st->stacks_cached = s->stacks.n;
+    st->stacks_unguarded = s->stacks.unguarded;
+    st->switches = s->switches;
+    st->spawned = s->spawned;
+    return 0;
+}
+
+int weft_run(weft_fn_t fn, void *arg, void **result)
+{
+    weft_sched_t *s = weft_sched_self();
+    if (!s)
+        return -ENOMEM;
+    weft_fiber_t h;
+    int rc = weft_spawn(fn, arg, NULL, &h);
+    if (rc < 0)
+        return rc;
+    rc = weft_sched_run(s);
+    if (rc < 0)
+        return rc;
+    weft__slot *sl = slot_lookup(s, h);
+    if (sl && sl->state == SLOT_FINISHED) {
+        if (result)
+            *result = sl->result;
+        slot_free(s, (uint32_t)h.id - 1);
+    }
+    return 0;
+}

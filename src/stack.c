@@ -1,0 +1,154 @@
+/*
+ * stack.c — fiber stacks: one anonymous mapping each, committed lazily by
+ * the kernel as pages are touched, with a guard page at the low end.
+ *
+ * Guard: MADV_GUARD_INSTALL (Linux >= 6.13) installs the guard as a page
+ * table marker, so neighbouring stacks still merge into one VMA and a
+ * million stacks do not hit vm.max_map_count. On older kernels mprotect()
+ * is used; once that fails (the map count is exhausted) stacks are made
+ * without a guard and counted in weft_stats_t.stacks_unguarded.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifdef WEFT_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+#ifndef MAP_STACK
+#define MAP_STACK 0
+#endif
+
+static atomic_int guard_mode; /* 0 unknown, 1 madvise guard, 2 mprotect */
+static atomic_int thp_always = -1;
+
+size_t weft__page_size(void)
+{
+    static size_t page;
+    if (!page) {
+        long p = sysconf(_SC_PAGESIZE);
+        page = p > 0 ? (size_t)p : 4096;
+    }
+    return page;
+}
+
+/* With transparent huge pages set to "always", an anonymous mapping may be
+ * backed by a 2 MiB page on first touch; stacks ask for small pages. */
+static bool need_nohugepage(void)
+{
+    int v = atomic_load(&thp_always);
+    if (v < 0) {
+        char buf[128] = {0};
+        int fd = open("/sys/kernel/mm/transparent_hugepage/enabled",
+                      O_RDONLY | O_CLOEXEC);
+        v = 0;
+        if (fd >= 0) {
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            if (n > 0 && strstr(buf, "[always]"))
+                v = 1;
+            close(fd);
+        }
+        atomic_store(&thp_always, v);
+    }
+    return v == 1;
+}
+
+static void install_guard(weft__stack_cache *c, weft__stack *st, size_t page)
+{
+    int mode = atomic_load(&guard_mode);
+    if (mode != 2) {
+        if (madvise(st->base, page, MADV_GUARD_INSTALL) == 0) {
+            if (!mode)
+                atomic_store(&guard_mode, 1);
+            st->guard = page;
+            return;
+        }
+        if (mode == 1 && errno == ENOMEM) {
+            c->unguarded++;
+            return;
+        }
+        atomic_store(&guard_mode, 2);
+    }
+    if (mprotect(st->base, page, PROT_NONE) == 0)
+        st->guard = page;
+    else
+        c->unguarded++;
+}
+
+static int stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
+{
+    size_t page = weft__page_size();
+    void *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return -ENOMEM;
+    out->base = p;
+    out->map_size = map_size;
+    out->guard = 0;
+    if (need_nohugepage())
+        (void)madvise(p, map_size, MADV_NOHUGEPAGE);
+    install_guard(c, out, page);
+#ifdef WEFT_VALGRIND
+    out->vg_id = VALGRIND_STACK_REGISTER(out->base + out->guard,
+                                         out->base + map_size);
+#endif
+    return 0;
+}
+
+static void stack_unmap(weft__stack *st)
+{
+#ifdef WEFT_VALGRIND
+    VALGRIND_STACK_DEREGISTER(st->vg_id);
+#endif
+    munmap(st->base, st->map_size);
+    st->base = NULL;
+}
+
+int weft__stack_get(weft__stack_cache *c, size_t map_size, weft__stack *out)
+{
+    if (map_size == c->map_size && c->n) {
+        *out = c->items[--c->n];
+        return 0;
+    }
+    return stack_map(c, map_size, out);
+}
+
+void weft__stack_put(weft__stack_cache *c, weft__stack *st)
+{
+    if (st->map_size == c->map_size && c->n < c->limit) {
+        if (c->n == c->cap) {
+            size_t ncap = c->cap ? c->cap * 2 : 64;
+            if (ncap > c->limit)
+                ncap = c->limit;
+            weft__stack *ni = realloc(c->items, ncap * sizeof *ni);
+            if (ni) {
+                c->items = ni;
+                c->cap = ncap;
+            }
+        }
+        if (c->n < c->cap) {
+            c->items[c->n++] = *st;
+            return;
+        }
+    }
+    stack_unmap(st);
+}
+
+void weft__stack_cache_fini(weft__stack_cache *c)
+{
+    while (c->n)
+        stack_unmap(&c->items[--c->n]);
+    free(c->items);
+    c->items = NULL;
+    c->cap = 0;
+}

@@ -1,0 +1,112 @@
+/*
+ * harness.h — shared test scaffolding.
+ *
+ * Each test is its own program run in its own process (tests/run.sh adds a
+ * timeout and picks the backend with WEFT_BACKEND). h_begin() records the
+ * open descriptors before weft creates anything; h_end() is the teardown
+ * oracle: no live fibers, handles, timers, waits or posts, the scheduler
+ * destroys cleanly, and every descriptor opened since h_begin() is closed.
+ */
+#ifndef WEFT_TEST_HARNESS_H
+#define WEFT_TEST_HARNESS_H
+
+#include "weft.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define CHECK(c)                                                              \
+    do {                                                                      \
+        if (!(c)) {                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
+                    #c);                                                      \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                        \
+    do {                                                                      \
+        long long a_ = (long long)(a), b_ = (long long)(b);                   \
+        if (a_ != b_) {                                                       \
+            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", \
+                    __FILE__, __LINE__, #a, a_, #b, b_);                      \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+static int h_fds_at_start;
+static const char *h_name;
+
+static inline int h_fd_count(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+static inline void h_begin(const char *name)
+{
+    h_name = name;
+    h_fds_at_start = h_fd_count();
+    /* The library must never need SIGPIPE ignored: keep the default. */
+    signal(SIGPIPE, SIG_DFL);
+}
+
+/* Raise the descriptor limit as far as the hard limit allows. */
+static inline long h_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        return (long)rl.rlim_cur;
+    }
+    return -1;
+}
+
+static inline void h_check_idle(void)
+{
+    weft_stats_t st;
+    CHECK_EQ(weft_sched_stats(weft_sched_self(), &st), 0);
+    CHECK_EQ(st.fibers, 0);
+    CHECK_EQ(st.handles, 0);
+    CHECK_EQ(st.timers, 0);
+    CHECK_EQ(st.waits, 0);
+    CHECK_EQ(st.fd_waits, 0);
+    CHECK_EQ(st.posted, 0);
+}
+
+static inline int h_end(void)
+{
+    weft_sched_t *s = weft_sched_self();
+    CHECK(s != NULL);
+    const char *backend = weft_sched_backend(s);
+    h_check_idle();
+    CHECK_EQ(weft_sched_destroy(s), 0);
+    CHECK_EQ(h_fd_count(), h_fds_at_start);
+    printf("PASS %s [%s]\n", h_name, backend);
+    return 0;
+}
+
+/* Run @fn as the main fiber of this test and check it returned NULL. */
+static inline void h_run(weft_fn_t fn, void *arg)
+{
+    void *res = (void *)1;
+    CHECK_EQ(weft_run(fn, arg, &res), 0);
+    CHECK(res == NULL);
+}
+
+#endif
