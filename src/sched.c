@@ -72,7 +72,10 @@ static inline weft__fiber *rq_pop(weft_sched_t *s)
 void weft__fiber_wake(weft__wait *w)
 {
     weft__fiber *f = w->owner;
-    rq_push(f->sched, f);
+    /* A wait completed while being armed (a past deadline, a ready fd)
+     * belongs to a fiber that is still running: nothing to wake. */
+    if (f->state == WEFT__F_BLOCKED)
+        rq_push(f->sched, f);
 }
 
 /* ---- switching ---------------------------------------------------------- */
