@@ -331,6 +331,9 @@ int weft_wait_fd(int fd, int events, int64_t deadline)
                 m |= WEFT_ERROR;
             if (p.revents & POLLHUP)
                 m |= WEFT_HANGUP;
+            /* After a hang-up or an error, no operation would block. */
+            if (m & (WEFT_ERROR | WEFT_HANGUP))
+                m |= events;
             return (m & events) | (m & (WEFT_ERROR | WEFT_HANGUP));
         }
         break;

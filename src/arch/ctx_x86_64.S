@@ -28,7 +28,6 @@ weft__ctx_switch:
     movq    %r15, 56(%rdi)
     stmxcsr 64(%rdi)
     fnstcw  68(%rdi)
-
     movq     8(%rsi), %rsp
     movq    16(%rsi), %rbx
     movq    24(%rsi), %rbp
@@ -36,16 +35,6 @@ weft__ctx_switch:
     movq    40(%rsi), %r13
     movq    48(%rsi), %r14
     movq    56(%rsi), %r15
-    /* Reload the FP control state only when it differs: ldmxcsr and fldcw
-     * are slow, and fibers almost never change rounding modes. */
-    movl    64(%rsi), %eax
-    cmpl    64(%rdi), %eax
-    jne     2f
-    movzwl  68(%rsi), %eax
-    cmpw    68(%rdi), %ax
-    jne     2f
-    jmpq    *0(%rsi)
-2:
     ldmxcsr 64(%rsi)
     fldcw   68(%rsi)
     jmpq    *0(%rsi)
