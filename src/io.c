@@ -128,6 +128,8 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
+        if (socket_only && kind == WEFT__FD_OTHER)
+            return -ENOTSOCK;
         if (kind != WEFT__FD_OTHER) {
             struct msghdr m = {.msg_iov = (struct iovec *)iov,
                                .msg_iovlen = (size_t)cnt};
@@ -215,6 +217,8 @@ static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
+        if (socket_only && kind == WEFT__FD_OTHER)
+            return -ENOTSOCK;
         if (kind != WEFT__FD_OTHER) {
             struct msghdr m = {.msg_iov = (struct iovec *)iov,
                                .msg_iovlen = (size_t)cnt};
