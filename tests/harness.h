@@ -65,16 +65,22 @@ static inline void h_begin(const char *name)
     signal(SIGPIPE, SIG_DFL);
 }
 
-/* Raise the descriptor limit as far as the hard limit allows. */
-static inline long h_raise_nofile(void)
+/* Raise the descriptor limit to @want (root may raise the hard limit too),
+ * else as far as the hard limit allows. Returns the soft limit now. */
+static inline long h_raise_nofile(long want)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    if ((long)rl.rlim_cur >= want)
+        return (long)rl.rlim_cur;
+    struct rlimit up = {(rlim_t)want, rl.rlim_max > (rlim_t)want ? rl.rlim_max : (rlim_t)want};
+    if (setrlimit(RLIMIT_NOFILE, &up) != 0) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
-        return (long)rl.rlim_cur;
     }
-    return -1;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    return (long)rl.rlim_cur;
 }
 
 static inline void h_check_idle(void)

@@ -1,0 +1,110 @@
+/* Scheduler objects: creation options and errors, backend selection, run and
+ * destroy misuse, one scheduler per thread, stats. */
+#include "harness.h"
+
+#include <pthread.h>
+
+static weft_sched_t *main_sched;
+
+static void *try_misuse(void *arg)
+{
+    CHECK_EQ(weft_sched_run(main_sched), -EPERM);      /* from a fiber */
+    CHECK_EQ(weft_sched_destroy(main_sched), -EBUSY);  /* while running */
+    weft_sched_t *other;
+    CHECK_EQ(weft_sched_create(&other, NULL), -EEXIST);
+    CHECK_EQ(weft_in_fiber(), 1);
+    CHECK(weft_self().id != 0);
+    return arg;
+}
+
+static void *other_thread(void *arg)
+{
+    /* another thread: cannot destroy or run our scheduler, has its own */
+    CHECK_EQ(weft_sched_destroy(main_sched), -EPERM);
+    CHECK_EQ(weft_sched_run(main_sched), -EPERM);
+    weft_sched_t *mine = weft_sched_self();
+    CHECK(mine != NULL && mine != main_sched);
+    void *res = NULL;
+    CHECK_EQ(weft_run(try_misuse == NULL ? NULL : (weft_fn_t)arg, (void *)9, &res), 0);
+    CHECK(res == (void *)9);
+    weft_stats_t st;
+    CHECK_EQ(weft_sched_stats(mine, &st), 0);
+    CHECK_EQ(st.fibers, 0);
+    CHECK_EQ(weft_sched_destroy(mine), 0);
+    return NULL;
+}
+
+static void *ret(void *arg) { return arg; }
+
+int main(void)
+{
+    h_begin("sched");
+    const char *want = getenv("WEFT_BACKEND");
+
+    /* bad options */
+    weft_sched_t *s = NULL;
+    CHECK_EQ(weft_sched_create(NULL, NULL), -EINVAL);
+    weft_sched_opts_t bad = {.stack_size = 100};
+    CHECK_EQ(weft_sched_create(&s, &bad), -EINVAL);
+    bad = (weft_sched_opts_t){.backend = (weft_backend_t)42};
+    CHECK_EQ(weft_sched_create(&s, &bad), -EINVAL);
+
+    /* an unknown backend name is refused, not silently replaced */
+    setenv("WEFT_BACKEND", "carrier-pigeon", 1);
+    CHECK_EQ(weft_sched_create(&s, NULL), -EINVAL);
+    if (want)
+        setenv("WEFT_BACKEND", want, 1);
+    else
+        unsetenv("WEFT_BACKEND");
+
+    /* explicit backends */
+    weft_sched_opts_t o = {.backend = WEFT_BACKEND_POLL, .stack_size = 32768};
+    CHECK_EQ(weft_sched_create(&s, &o), 0);
+    CHECK(!strcmp(weft_sched_backend(s), "poll"));
+    CHECK(weft_sched_self() == s);
+    CHECK_EQ(weft_sched_destroy(s), 0);
+    o.backend = WEFT_BACKEND_EPOLL;
+    CHECK_EQ(weft_sched_create(&s, &o), 0);
+    CHECK(!strcmp(weft_sched_backend(s), "epoll"));
+    CHECK_EQ(weft_sched_destroy(s), 0);
+
+    /* the default follows WEFT_BACKEND */
+    main_sched = weft_sched_self();
+    CHECK(main_sched != NULL);
+    if (want && (!strcmp(want, "poll") || !strcmp(want, "epoll")))
+        CHECK(!strcmp(weft_sched_backend(main_sched), want));
+
+    /* misuse from fibers and from other threads */
+    void *res = NULL;
+    CHECK_EQ(weft_run(try_misuse, (void *)3, &res), 0);
+    CHECK(res == (void *)3);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, other_thread, (void *)ret), 0);
+    pthread_join(t, NULL);
+
+    /* destroy refuses while fibers live; unjoined handles are released */
+    weft_fiber_t f;
+    CHECK_EQ(weft_spawn(ret, NULL, NULL, &f), 0);
+    CHECK_EQ(weft_sched_destroy(main_sched), -EBUSY);
+    CHECK_EQ(weft_sched_run(main_sched), 0);
+    weft_stats_t st;
+    CHECK_EQ(weft_sched_stats(main_sched, &st), 0);
+    CHECK_EQ(st.fibers, 0);
+    CHECK_EQ(st.handles, 1);
+    CHECK_EQ(st.spawned, 2);
+    CHECK(st.stacks_cached >= 1);
+    CHECK_EQ(st.stacks_unguarded, 0);
+    CHECK_EQ(weft_detach(f), 0);
+
+    /* NULLs */
+    CHECK_EQ(weft_sched_run(NULL), -EINVAL);
+    CHECK_EQ(weft_sched_destroy(NULL), -EINVAL);
+    CHECK_EQ(weft_sched_stats(NULL, &st), -EINVAL);
+    CHECK_EQ(weft_sched_stats(main_sched, NULL), -EINVAL);
+    CHECK(weft_sched_backend(NULL) == NULL);
+    CHECK_EQ(weft_unpark(NULL, (weft_fiber_t){0}), -ESRCH);
+    CHECK_EQ(weft_run(NULL, NULL, NULL), -EINVAL);
+    /* running an empty scheduler returns at once */
+    CHECK_EQ(weft_sched_run(main_sched), 0);
+    return h_end();
+}
