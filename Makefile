@@ -61,11 +61,19 @@ $(BUILD)/libweft.so: $(LIB_OBJ) src/weft.map
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+
+# The HTTP examples and tests share the parser and server in examples/http/
+# (extra .c prerequisites are compiled in by the rules above and below).
+HTTP_SRC := examples/http/http_parse.c examples/http/http_srv.c
+HTTP_HDR := $(wildcard examples/http/*.h)
+$(BUILD)/examples/http_server: $(HTTP_SRC) $(HTTP_HDR)
+$(BUILD)/examples/http_load: examples/http/http_parse.c $(HTTP_HDR)
+$(filter $(BUILD)/tests/t_http%,$(TESTS)): $(HTTP_SRC) $(HTTP_HDR)
 
 $(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Isrc $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
 # The whole suite: installs what it needs, then every configuration.
 test:

@@ -1,0 +1,233 @@
+/*
+ * http_server — an HTTP/1.1 server on weft: one fiber per connection,
+ * keep-alive and pipelining, "Hello, World!" on GET /, static files from
+ * --root, N event loops on N threads sharing the port with SO_REUSEPORT.
+ *
+ *   http_server [--host ADDR] [--port P] [--threads N] [--root DIR]
+ *               [--idle-timeout-ms MS] [--header-timeout-ms MS]
+ *               [--drain-timeout-ms MS] [--quiet]
+ *
+ * --port 0 picks a free port. The first line on stdout is always
+ * "http_server: listening on http://ADDR:PORT/ ..." so scripts can find it.
+ *
+ * SIGINT / SIGTERM stop it gracefully: the listeners close, idle
+ * connections close, requests in progress finish (up to the drain
+ * timeout). A second signal kills the process at once. The weft library
+ * never touches signal dispositions; this program blocks SIGINT and
+ * SIGTERM in every thread and reads them from a signalfd in a fiber.
+ */
+#include "weft.h"
+#include "http/http_srv.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#define MAX_THREADS 64
+
+typedef struct loop {
+    int index;
+    int lfd;
+    weft_sched_t *sched;
+    http_srv *srv;
+    pthread_t tid;
+    int rc;
+} loop;
+
+static struct {
+    const char *host;
+    int port;
+    int threads;
+    int quiet;
+    http_srv_opts opts;
+    loop loops[MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started;
+} G = {.host = "127.0.0.1", .port = 8080, .threads = 1,
+       .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: http_server [--host ADDR] [--port P] [--threads N] [--root DIR]\n"
+            "                   [--idle-timeout-ms MS] [--header-timeout-ms MS]\n"
+            "                   [--drain-timeout-ms MS] [--quiet]\n");
+    exit(2);
+}
+
+static void stop_cb(void *arg)
+{
+    http_srv_stop(arg);
+}
+
+/* The signal fiber (loop 0): waits for SIGINT/SIGTERM, then stops every
+ * loop (its own directly, the others through their schedulers' posts). */
+static void *signal_main(void *arg)
+{
+    sigset_t *mask = arg;
+    int sfd = signalfd(-1, mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        perror("http_server: signalfd");
+        return NULL;
+    }
+    struct signalfd_siginfo si;
+    ssize_t n = weft_read(sfd, &si, sizeof si, WEFT_FOREVER);
+    weft_close(sfd);
+    if (n != (ssize_t)sizeof si)
+        return NULL;
+    if (!G.quiet)
+        fprintf(stderr, "http_server: %s, draining\n", strsignal((int)si.ssi_signo));
+    for (int i = 0; i < G.threads; i++) {
+        if (i == 0)
+            http_srv_stop(G.loops[0].srv);
+        else
+            weft_sched_post(G.loops[i].sched, stop_cb, G.loops[i].srv);
+    }
+    /* A second signal now terminates the process (default action). */
+    pthread_sigmask(SIG_UNBLOCK, mask, NULL);
+    return NULL;
+}
+
+static void *thread_main(void *arg)
+{
+    loop *l = arg;
+    weft_sched_t *s;
+    l->rc = weft_sched_create(&s, NULL);
+    if (l->rc == 0)
+        l->rc = http_srv_start(&l->srv, l->lfd, &G.opts);
+    pthread_mutex_lock(&G.mu);
+    l->sched = l->rc == 0 ? s : NULL;
+    G.started++;
+    pthread_cond_broadcast(&G.cv);
+    pthread_mutex_unlock(&G.mu);
+    if (l->rc < 0)
+        return NULL;
+    l->rc = weft_sched_run(s);
+    weft_sched_destroy(s);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quiet")) {
+            G.quiet = 1;
+            continue;
+        }
+        if (!v)
+            usage();
+        i++;
+        if (!strcmp(a, "--host"))
+            G.host = v;
+        else if (!strcmp(a, "--port"))
+            G.port = atoi(v);
+        else if (!strcmp(a, "--threads"))
+            G.threads = atoi(v);
+        else if (!strcmp(a, "--root"))
+            G.opts.root = v;
+        else if (!strcmp(a, "--idle-timeout-ms"))
+            G.opts.idle_timeout_ns = atoll(v) * 1000000LL;
+        else if (!strcmp(a, "--header-timeout-ms"))
+            G.opts.header_timeout_ns = atoll(v) * 1000000LL;
+        else if (!strcmp(a, "--drain-timeout-ms"))
+            G.opts.drain_timeout_ns = atoll(v) * 1000000LL;
+        else
+            usage();
+    }
+    if (G.threads < 1 || G.threads > MAX_THREADS || G.port < 0 || G.port > 65535)
+        usage();
+
+    /* Before any thread exists, so every thread inherits the mask. SIGPIPE
+     * is blocked too: sendfile(2) has no MSG_NOSIGNAL. */
+    sigset_t mask, all;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    all = mask;
+    sigaddset(&all, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+
+    weft_sched_t *s0;
+    int rc = weft_sched_create(&s0, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "http_server: scheduler: %s\n", strerror(-rc));
+        return 1;
+    }
+    /* One SO_REUSEPORT listener per loop; with --port 0 the first one
+     * picks the port and the others join it. */
+    int port = G.port;
+    for (int i = 0; i < G.threads; i++) {
+        int fd = weft_tcp_listen(G.host, port, 0, 1);
+        if (fd < 0) {
+            fprintf(stderr, "http_server: listen %s:%d: %s\n", G.host, port,
+                    strerror(-fd));
+            return 1;
+        }
+        if (port == 0)
+            port = weft_local_port(fd);
+        G.loops[i].lfd = fd;
+        G.loops[i].index = i;
+    }
+    G.loops[0].sched = s0;
+    rc = http_srv_start(&G.loops[0].srv, G.loops[0].lfd, &G.opts);
+    if (rc < 0) {
+        fprintf(stderr, "http_server: %s\n", strerror(-rc));
+        return 1;
+    }
+    for (int i = 1; i < G.threads; i++)
+        if (pthread_create(&G.loops[i].tid, NULL, thread_main, &G.loops[i]) != 0) {
+            fprintf(stderr, "http_server: cannot start thread %d\n", i);
+            return 1;
+        }
+    pthread_mutex_lock(&G.mu);
+    while (G.started < G.threads - 1)
+        pthread_cond_wait(&G.cv, &G.mu);
+    pthread_mutex_unlock(&G.mu);
+    for (int i = 1; i < G.threads; i++)
+        if (G.loops[i].rc < 0) {
+            fprintf(stderr, "http_server: loop %d: %s\n", i, strerror(-G.loops[i].rc));
+            return 1;
+        }
+    weft_spawn(signal_main, &mask, NULL, NULL);
+
+    printf("http_server: listening on http://%s:%d/ with %d thread%s, %s backend%s%s\n",
+           G.host, port, G.threads, G.threads > 1 ? "s" : "",
+           weft_sched_backend(s0), G.opts.root ? ", root " : "",
+           G.opts.root ? G.opts.root : "");
+    fflush(stdout);
+
+    rc = weft_sched_run(s0);
+    http_srv_stats tot = {0};
+    for (int i = 0; i < G.threads; i++) {
+        if (i > 0)
+            pthread_join(G.loops[i].tid, NULL);
+        http_srv_stats st;
+        http_srv_get_stats(G.loops[i].srv, &st);
+        tot.accepted += st.accepted;
+        tot.requests += st.requests;
+        tot.status_2xx += st.status_2xx;
+        tot.status_4xx += st.status_4xx;
+        tot.status_5xx += st.status_5xx;
+        tot.idle_closed += st.idle_closed;
+        tot.timed_out += st.timed_out;
+        http_srv_free(G.loops[i].srv);
+    }
+    if (!G.quiet)
+        fprintf(stderr,
+                "http_server: stopped: %llu connections, %llu responses "
+                "(2xx %llu, 4xx %llu, 5xx %llu), %llu idle closed, %llu timed out\n",
+                (unsigned long long)tot.accepted, (unsigned long long)tot.requests,
+                (unsigned long long)tot.status_2xx, (unsigned long long)tot.status_4xx,
+                (unsigned long long)tot.status_5xx, (unsigned long long)tot.idle_closed,
+                (unsigned long long)tot.timed_out);
+    weft_sched_destroy(s0);
+    return rc < 0 ? 1 : 0;
+}
