@@ -6,34 +6,43 @@ cd "$(dirname "$0")/.."
 tally=$(mktemp); export WEFT_TEST_TALLY=$tally
 status=0
 step() { echo; echo "== $*"; }
+# build ARGS...: make, and count a failed build as a failed test.
+build() {
+  if ! make -s -j"$jobs" "$@" >/tmp/weft-build.$$ 2>&1; then
+    cat /tmp/weft-build.$$; echo "BUILD FAILED: make $*"
+    echo "0 1" >> "$tally"; status=1
+  fi
+  rm -f /tmp/weft-build.$$
+}
 jobs=${WEFT_JOBS:-2}
 
 step "gcc build, all backends"
-make -s -j"$jobs" all CC=gcc BUILD=build >/dev/null || status=1
+build all CC=gcc BUILD=build
 bash tests/run.sh build/tests gcc || status=1
 
 step "clang ASan+UBSan build, all backends"
-make -s -j"$jobs" tests CC=clang BUILD=build/asan SAN=address,undefined >/dev/null || status=1
+build tests CC=clang BUILD=build/asan SAN=address,undefined
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   bash tests/run.sh build/asan/tests asan || status=1
 
 step "clang TSan build: tests that cross threads"
-make -s -j"$jobs" tests CC=clang BUILD=build/tsan SAN=thread >/dev/null || status=1
+build tests CC=clang BUILD=build/tsan SAN=thread
 WEFT_TEST_FILTER='thread' TSAN_OPTIONS=halt_on_error=1 \
   bash tests/run.sh build/tsan/tests tsan epoll || status=1
 
 step "ucontext fallback context switch"
-make -s -j"$jobs" tests CC=gcc BUILD=build/ucontext CTX=ucontext >/dev/null || status=1
+build tests CC=gcc BUILD=build/ucontext CTX=ucontext
 bash tests/run.sh build/ucontext/tests ucontext epoll || status=1
 
 if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
   step "aarch64 (cross-compiled, run under qemu-user)"
-  make -s -j"$jobs" tests CC=aarch64-linux-gnu-gcc BUILD=build/aarch64 >/dev/null || status=1
+  build tests CC=aarch64-linux-gnu-gcc BUILD=build/aarch64
   WEFT_TEST_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" WEFT_TEST_TIMEOUT=300 \
     WEFT_TEST_FILTER="${WEFT_AARCH64_FILTER:-switch|spawn|timer|cancel|pipe|fls|overflow}" \
     bash tests/run.sh build/aarch64/tests aarch64 epoll || status=1
 else
-  echo "aarch64 cross toolchain or qemu-user missing: FAILED to run aarch64 tests"; status=1
+  echo "aarch64 cross toolchain or qemu-user missing: FAILED to run aarch64 tests"
+  echo "0 1" >> "$tally"; status=1
 fi
 
 # Further suites (io_uring, Ruby, servers) hook in here.
