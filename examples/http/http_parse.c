@@ -280,8 +280,30 @@ int http_parse(http_scan *sc, const char *buf, size_t len,
     while (pos < len) {
         const char *nl = memchr(buf + pos, '\n', len - pos);
         size_t end = nl ? (size_t)(nl - buf) : len;
-        if (memchr(buf + pos, '\0', end - pos))
-            return -400;
+        /*
+         * Errors are reported for the first offending byte, in byte order,
+         * so the answer does not depend on how the input was split into
+         * reads: a NUL, then a byte past the line limit, then a byte past
+         * the head limit (line bytes first; the LF counts for the head).
+         */
+        size_t err_at = (size_t)-1;
+        int err = 0;
+        const char *z = memchr(buf + pos, '\0', end - pos);
+        if (z) {
+            err_at = (size_t)(z - buf);
+            err = -400;
+        }
+        size_t line_lim = sc->line_start + 1 +
+            (sc->lines == 0 ? lim->max_request_line : lim->max_header_line);
+        if (line_lim >= pos && line_lim < end && line_lim < err_at) {
+            err_at = line_lim;
+            err = sc->lines == 0 ? -414 : -431;
+        }
+        size_t head_lim = sc->head_start + lim->max_head;
+        if (head_lim >= pos && head_lim < (nl ? end + 1 : len) && head_lim < err_at)
+            err = sc->lines == 0 ? -414 : -431;
+        if (err)
+            return err;
         if (!nl) {
             pos = len;
             break;
@@ -304,26 +326,12 @@ int http_parse(http_scan *sc, const char *buf, size_t len,
                                 lim, req);
             return rc < 0 ? rc : (int)pos;
         }
-        if (sc->lines == 0 && llen > lim->max_request_line)
-            return -414;
-        if (sc->lines > 0 && llen > lim->max_header_line)
-            return -431;
         if (sc->lines > lim->max_headers)
             return -431; /* lines counts the request line */
         sc->lines++;
         sc->line_start = pos;
-        if (pos - sc->head_start > lim->max_head)
-            return -431;
     }
     sc->pos = pos;
-    /* Incomplete: refuse now if the line or head can no longer fit. */
-    size_t partial = len - sc->line_start;
-    if (sc->lines == 0 && partial > lim->max_request_line + 1)
-        return -414;
-    if (sc->lines > 0 && partial > lim->max_header_line + 1)
-        return -431;
-    if (len - sc->head_start > lim->max_head)
-        return sc->lines == 0 ? -414 : -431;
     return 0;
 }
 

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# http.sh — the HTTP example's suites that are not tests/t_*.c programs:
+#   1. a libFuzzer run of the request parser (60 s; WEFT_FUZZ_SECS overrides);
+#   2. the http_server program as a process: 2 threads, load from http_load
+#      with zero errors, then SIGTERM ends it cleanly.
+# Prints "[http] N passed, N failed" and appends "N M" to $WEFT_TEST_TALLY.
+set -u
+cd "$(dirname "$0")/../.."
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "  ok    $1"; }
+bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && sed 's/^/        | /' "$2" | tail -n 20; }
+tmp=$(mktemp -d /tmp/weft-http-test.XXXXXX)
+srv=""
+cleanup() { [ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+# 1. Fuzzing. New corpus entries go to the scratch directory, not the repo.
+secs=${WEFT_FUZZ_SECS:-60}
+mkdir -p build/fuzz "$tmp/corpus"
+if clang -std=gnu11 -g -O1 -Wall -Wextra -Werror \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+     fuzz/http_parse_fuzz.c examples/http/http_parse.c \
+     -o build/fuzz/http_parse_fuzz >"$tmp/fuzz-build.log" 2>&1; then
+  if build/fuzz/http_parse_fuzz -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+       -artifact_prefix="$tmp/" -print_final_stats=1 \
+       "$tmp/corpus" fuzz/corpus/http_parse >"$tmp/fuzz.log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/fuzz.log")
+    ok "http_parse_fuzz: ${secs} s, ${runs:-?} inputs, no failure"
+  else
+    bad "http_parse_fuzz (crash input kept in build/fuzz/)" "$tmp/fuzz.log"
+    cp "$tmp"/crash-* "$tmp"/leak-* "$tmp"/timeout-* build/fuzz/ 2>/dev/null
+  fi
+else
+  bad "http_parse_fuzz: build (clang with libclang-rt-14-dev needed)" "$tmp/fuzz-build.log"
+fi
+
+# 2. The server program: threads, load, signal.
+if [ -x build/examples/http_server ] && [ -x build/examples/http_load ]; then
+  build/examples/http_server --port 0 --threads 2 >"$tmp/srv.out" 2>"$tmp/srv.err" &
+  srv=$!
+  port=""
+  for _ in $(seq 100); do
+    port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$tmp/srv.out")
+    [ -n "$port" ] && break; sleep 0.1
+  done
+  if [ -n "$port" ] && build/examples/http_load --port "$port" --connections 64 \
+       --threads 2 --duration 2 --pipeline 4 >"$tmp/load.out" 2>&1; then
+    ok "http_server --threads 2 under http_load: $(sed -n 2p "$tmp/load.out" | awk '{print $1" requests, "$2" errors"}')"
+  else
+    bad "http_server under http_load (port '${port}')" "$tmp/load.out"
+  fi
+  kill -TERM "$srv"
+  rc=124
+  for _ in $(seq 150); do kill -0 "$srv" 2>/dev/null || { wait "$srv"; rc=$?; break; }; sleep 0.1; done
+  srv_pid=$srv; srv=""
+  if [ "$rc" = 0 ] && grep -q "stopped:" "$tmp/srv.err"; then
+    ok "http_server: SIGTERM drains and exits 0"
+  else
+    kill -KILL "$srv_pid" 2>/dev/null
+    bad "http_server: SIGTERM (exit $rc)" "$tmp/srv.err"
+  fi
+else
+  bad "http_server / http_load not built (make all)"
+fi
+
+[ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
+echo "[http] $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
