@@ -35,8 +35,10 @@ LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/t_*.c))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
+            $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/boost_*.cpp))
 
-.PHONY: all lib examples tests test test-fast demo bench install clean deps
+.PHONY: all lib examples tests test test-fast demo bench benches install clean deps
 all: lib examples tests
 
 lib: $(BUILD)/libweft.a $(BUILD)/libweft.so
@@ -89,9 +91,21 @@ demo:
 	@$(MAKE) --no-print-directory all
 	@bash scripts/demo.sh
 
+# Benchmark programs (bench/*.c, bench/boost_*.cpp): the optimised build
+# without sanitizers, linked with libweft.a (they may use internal symbols).
+benches: $(BENCHES)
+
+$(BUILD)/bench/%: bench/%.c src/internal.h include/weft.h $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+
+$(BUILD)/bench/boost_%: bench/boost_%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++14 $(OPT) -g -Wall -Wextra -Werror $< -o $@ -lboost_context
+
 bench:
 	@bash scripts/deps.sh bench
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all benches
 	@bash bench/run.sh
 
 install: lib

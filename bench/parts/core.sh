@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# core.sh — the core runtime's benchmarks (issue 2): context switches,
+# spawn + run + exit, memory per parked fiber; Boost.Context is the peer.
+#
+# Programs: build/bench/core_* and boost_* (make benches). Each figure is
+# measured WEFT_BENCH_REPS times (default 5; the 1,000,000-fiber case 3).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
+bin=${WEFT_BENCH_BIN:-$here/../../build/bench}
+reps=${WEFT_BENCH_REPS:-5}
+big_reps=${WEFT_BENCH_BIG_REPS:-3}
+nswitch=${WEFT_BENCH_SWITCHES:-10000000}
+G=core
+
+for p in core_switch core_spawn core_park boost_switch boost_spawn; do
+  [ -x "$bin/$p" ] || { echo "core.sh: $bin/$p missing (make benches)" >&2; exit 1; }
+done
+
+bench_header "core: context switch, spawn, parked fibers (peer: Boost.Context $(
+  dpkg-query -W -f='${Version}' libboost-context-dev 2>/dev/null | cut -d+ -f1))"
+
+boost=$(bench_runs "$bin/boost_switch" "$nswitch" "$reps")
+raw=$(bench_runs "$bin/core_switch" raw "$nswitch" "$reps")
+sym=$(bench_runs "$bin/core_switch" sym "$nswitch" "$reps")
+yield=$(bench_runs "$bin/core_switch" yield "$nswitch" "$reps")
+bench_report $G switch_raw ns/switch lower "$raw" "Boost.Context fiber" "$boost" \
+  "weft__ctx_switch between two contexts, each from its own loop"
+bench_report $G switch_raw_same_site ns/switch lower "$sym" "Boost.Context fiber" "$boost" \
+  "weft__ctx_switch, both contexts switching from one call site (as in the scheduler)"
+bench_report $G switch_yield ns/switch lower "$yield" "Boost.Context fiber" "$boost" \
+  "weft_yield ping-pong of two fibers through the scheduler"
+
+w=$(bench_runs "$bin/core_spawn" warm 1000000 "$reps")
+p=$(bench_runs "$bin/boost_spawn" warm 1000000 "$reps")
+bench_report $G spawn_run_exit ns/fiber lower "$w" "Boost.Context pooled stack" "$p" \
+  "batches of 100 fibers; weft stacks from its cache (guarded), Boost's from a pool (unguarded)"
+w=$(bench_runs "$bin/core_spawn" cold 20000 "$reps")
+p=$(bench_runs "$bin/boost_spawn" cold 20000 "$reps")
+bench_report $G spawn_run_exit_cold ns/fiber lower "$w" "Boost.Context protected stack" "$p" \
+  "20,000 at once: every stack a fresh mmap with a guard page"
+
+# Parked fibers: one process per run and per size.
+park() { # N RUNS -> sets per, total (MiB), spawn, guard
+  local n=$1 runs=$2 i line
+  per=""; total=""; spawn=""; guard="every stack has a guard page"
+  for ((i = 0; i < runs; i++)); do
+    line=$(bench_locked "$bin/core_park" "$n")
+    set -- $line
+    per+="$4 "
+    total+="$(awk -v b="$3" 'BEGIN { printf "%.1f", b / 1048576 }') "
+    spawn+="$6 "
+    [ "$5" = 0 ] || guard="$5 stacks WITHOUT a guard page"
+  done
+}
+park 100000 "$reps"
+bench_report $G parked_100k bytes/fiber lower "$per" "" "" "guards: $guard"
+bench_report $G parked_100k_rss MiB lower "$total"
+park 1000000 "$big_reps"
+bench_report $G parked_1m bytes/fiber lower "$per" "" "" "guards: $guard"
+bench_report $G parked_1m_rss MiB lower "$total"
+bench_report $G parked_1m_spawn ns/fiber lower "$spawn" "" "" \
+  "time to spawn a fiber and have it park, with 1,000,000 live"
+rss1m=$(bench_median "$total")
+guard1m=$guard
+
+# Targets of issue 2 (benchmarks, not tests).
+ymed=$(bench_median "$yield"); bmed=$(bench_median "$boost"); smed=$(bench_median "$sym")
+verdict() { awk "BEGIN { exit !($1) }" && echo met || echo MISSED; }
+echo
+echo "targets (issue 2):"
+printf '  scheduler switch <= 8 ns (2x the jmp switch of design.md): %s ns  %s\n' \
+  "$ymed" "$(verdict "$ymed <= 8")"
+printf '  scheduler switch faster than Boost.Context (%s ns): %s ns  %s\n' \
+  "$bmed" "$ymed" "$(verdict "$ymed < $bmed")"
+printf '  raw switch (same call site) vs Boost.Context: %s vs %s ns  %s\n' \
+  "$smed" "$bmed" "$(verdict "$smed < $bmed")"
+printf '  1,000,000 parked fibers with guard pages < 4096 MiB RSS: %s MiB, %s  %s\n' \
+  "$rss1m" "$guard1m" "$(verdict "$rss1m < 4096")"
