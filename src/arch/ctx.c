@@ -53,7 +53,10 @@ void weft__ctx_make(weft__ctx *c, void *lo, size_t size,
     uint16_t fpucw;
     __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
     __asm__ volatile("fnstcw %0" : "=m"(fpucw));
-    c->r[0] = (uint64_t)(uintptr_t)weft__ctx_trampoline;
+    /* The switch resumes a context with `ret`: the first one pops the
+     * trampoline's address and leaves rsp 16-byte aligned. */
+    top -= 8;
+    *(uint64_t *)top = (uint64_t)(uintptr_t)weft__ctx_trampoline;
     c->r[1] = top;
     c->r[4] = (uint64_t)(uintptr_t)entry; /* r12 */
     c->r[5] = (uint64_t)(uintptr_t)arg;   /* r13 */
