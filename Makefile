@@ -27,6 +27,13 @@ ifeq ($(CTX),ucontext)
 CFLAGS_ALL += -DWEFT_CTX_UCONTEXT=1
 endif
 LDLIBS  := -lpthread -lm
+# io_uring backend when liburing's header is there for this compiler.
+HAVE_URING := $(shell printf '\043include <liburing.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_URING),1)
+LDLIBS  += -luring
+else
+CFLAGS_ALL += -DWEFT_NO_URING
+endif
 
 LIB_SRC := $(wildcard src/*.c) src/arch/ctx.c
 LIB_ASM := src/arch/ctx_x86_64.S src/arch/ctx_aarch64.S

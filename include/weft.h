@@ -83,7 +83,8 @@ typedef enum weft_backend {
     WEFT_BACKEND_DEFAULT = 0, /* WEFT_BACKEND env var, else the best one  */
     WEFT_BACKEND_EPOLL = 1,
     WEFT_BACKEND_POLL = 2,
-    WEFT_BACKEND_IO_URING = 3 /* reserved: not built into this version    */
+    WEFT_BACKEND_IO_URING = 3 /* falls back to epoll where io_uring is
+                                 denied, too old or not built in         */
 } weft_backend_t;
 
 /** Options for weft_sched_create(); zero-initialise, then set fields. */
@@ -102,8 +103,16 @@ typedef struct weft_sched_opts {
  * @opts: options, or NULL for defaults.
  *
  * The backend is @opts->backend, or, when that is WEFT_BACKEND_DEFAULT, the
- * one named by the environment variable WEFT_BACKEND ("epoll" or "poll"),
- * else epoll. Unless disabled, and only when the process's SIGSEGV
+ * one named by the environment variable WEFT_BACKEND ("io_uring", "epoll"
+ * or "poll"), else io_uring. When io_uring cannot be used (io_uring_setup
+ * denied by a seccomp filter or container with EPERM/ENOSYS, a kernel
+ * without the needed features, no liburing at build time) the scheduler
+ * silently runs on epoll; weft_sched_backend() tells which one runs.
+ *
+ * Fork: in a child process the thread that called fork() has no scheduler
+ * (the parent's ring, epoll set and eventfd are closed in the child, which
+ * does not affect the parent's); the parent's fibers do not run there. The
+ * child may create a new scheduler. Unless disabled, and only when the process's SIGSEGV
  * disposition is still the default, a handler is installed that reports a
  * fiber stack overflow with a clear message before the process dies with
  * SIGSEGV as it would have anyway.
@@ -140,7 +149,8 @@ int weft_sched_run(weft_sched_t *s);
 int weft_sched_destroy(weft_sched_t *s);
 
 /**
- * weft_sched_backend — name of the scheduler's backend ("epoll", "poll").
+ * weft_sched_backend — name of the scheduler's backend: "io_uring",
+ * "epoll" or "poll".
  */
 const char *weft_sched_backend(const weft_sched_t *s);
 
@@ -164,6 +174,7 @@ typedef struct weft_stats {
     size_t posted;        /* cross-thread callbacks not yet run              */
     size_t stacks_cached; /* free stacks kept for reuse                      */
     size_t stacks_unguarded; /* stacks created without a guard page          */
+    size_t ops;           /* io_uring operations still owned by the kernel   */
     uint64_t switches;    /* context switches so far                         */
     uint64_t spawned;     /* fibers spawned so far                           */
 } weft_stats_t;
@@ -414,6 +425,20 @@ int weft_write_all(int fd, const void *buf, size_t len, size_t *written,
 int weft_read_full(int fd, void *buf, size_t len, size_t *got,
                    int64_t deadline);
 
+/**
+ * weft_pread — read up to @len bytes at offset @off, like pread(2); the
+ * file position is not used or changed. On io_uring this is an
+ * asynchronous ring operation (the loop keeps running while the disk
+ * works); on epoll/poll it is pread(2). Returns the count (0 at end of
+ * file) or -errno; -EINVAL for a negative offset, -ESPIPE for pipes and
+ * sockets.
+ */
+ssize_t weft_pread(int fd, void *buf, size_t len, off_t off, int64_t deadline);
+
+/** weft_pwrite — write at offset @off, like pwrite(2); see weft_pread(). */
+ssize_t weft_pwrite(int fd, const void *buf, size_t len, off_t off,
+                    int64_t deadline);
+
 /** weft_readv — scatter read, like readv(2); returns as weft_read(). */
 ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt,
                    int64_t deadline);
@@ -464,9 +489,12 @@ int weft_shutdown(int fd, int how);
 
 /**
  * weft_close — close @fd, first waking every fiber waiting on it with
- * -EBADF and dropping its registration, so a reused descriptor number never
- * receives the old waits' events. Never blocks. Returns 0 or -errno
- * (-EBADF for a descriptor that is not open).
+ * -EBADF (and cancelling its in-flight io_uring operations) and dropping
+ * its registration, so a reused descriptor number never receives the old
+ * waits' events. Never waits for a peer: in a fiber on io_uring the close
+ * is a ring operation batched with the others (the fiber resumes in the
+ * next loop iteration), elsewhere close(2). Returns 0 or -errno (-EBADF for
+ * a descriptor that is not open).
  */
 int weft_close(int fd);
 
@@ -507,6 +535,610 @@ int weft_tcp_connect(const char *host, int port, int64_t deadline);
  * weft_local_port — the local port @fd is bound to, or -errno.
  */
 int weft_local_port(int fd);
+
+/* ------------------------------------------------------------------------ */
+/* Sync primitives                                                          */
+/* ------------------------------------------------------------------------ */
+/*
+ * Mutex, condition variable, notification, semaphore, task limiter, wait
+ * group and channel. All are fiber-aware: blocking parks the calling fiber,
+ * never the thread. Rules common to all of them:
+ *
+ *   Thread     An object belongs to the scheduler thread whose fibers use
+ *              it. Only weft_notification_set() and weft_notification_is_set()
+ *              may be called from other threads.
+ *   Memory     The caller owns the object's memory (a struct member, a
+ *              global, a fiber's stack frame); channels are the exception
+ *              (weft_chan_create() allocates). The static initializers need
+ *              no destroy call when the object is idle.
+ *   Waiting    Waiters queue in arrival order (FIFO); a release hands the
+ *              resource to the first waiter directly, so a late arrival
+ *              cannot overtake it. Every wait takes an absolute deadline and
+ *              returns -ETIMEDOUT when it passes, -ECANCELED when the fiber
+ *              is cancelled, -EPERM outside a fiber; a waiter that gives up
+ *              is removed from the queue before the call returns.
+ *   Destroy    weft_*_destroy() wakes every fiber still waiting with -EIDRM
+ *              (the object has been removed); once it returns, the memory
+ *              may be freed. The exceptions (-EBUSY) are listed per call.
+ *   Scopes     Inside a timeout scope (weft_scope_run()) every wait is
+ *              also bounded by the scope's deadline.
+ */
+
+/* Intrusive FIFO of waiting fibers. Internal: never touch its fields. */
+typedef struct weft_waitq {
+    void *head, *tail;
+} weft_waitq_t;
+#define WEFT_WAITQ_INIT { NULL, NULL }
+
+/* Mutex ------------------------------------------------------------------- */
+
+/** A fiber mutex, not recursive. Initialise with WEFT_MUTEX_INIT or
+ *  weft_mutex_init(). */
+typedef struct weft_mutex {
+    void *owner;         /* the owning fiber, NULL when unlocked */
+    weft_waitq_t q;
+} weft_mutex_t;
+#define WEFT_MUTEX_INIT { NULL, WEFT_WAITQ_INIT }
+
+/** weft_mutex_init — initialise @m unlocked. Returns 0 or -EINVAL. */
+int weft_mutex_init(weft_mutex_t *m);
+
+/**
+ * weft_mutex_lock — lock @m, waiting until @deadline if another fiber
+ * holds it. Ownership passes from the unlocking fiber straight to the
+ * longest-waiting fiber (FIFO hand-off). Returns 0, -ETIMEDOUT,
+ * -ECANCELED, -EDEADLK if the caller already holds @m, -EIDRM if @m was
+ * destroyed while waiting, -EPERM outside a fiber, -EINVAL.
+ */
+int weft_mutex_lock(weft_mutex_t *m, int64_t deadline);
+
+/** weft_mutex_trylock — lock @m if free. Returns 0, -EBUSY, -EDEADLK,
+ *  -EPERM outside a fiber, -EINVAL. Never blocks. */
+int weft_mutex_trylock(weft_mutex_t *m);
+
+/**
+ * weft_mutex_unlock — unlock @m, handing it to the first waiter if any
+ * (that fiber becomes runnable; the caller keeps running). Returns 0,
+ * -EPERM if the calling fiber does not hold @m, -EINVAL.
+ */
+int weft_mutex_unlock(weft_mutex_t *m);
+
+/**
+ * weft_mutex_destroy — wake every waiter with -EIDRM and reset @m to
+ * unlocked. Returns 0, or -EBUSY (nothing done) while @m is held by a
+ * fiber other than the caller.
+ */
+int weft_mutex_destroy(weft_mutex_t *m);
+
+/* Condition variable ------------------------------------------------------ */
+
+typedef struct weft_cond {
+    weft_waitq_t q;
+} weft_cond_t;
+#define WEFT_COND_INIT { WEFT_WAITQ_INIT }
+
+/** weft_cond_init — initialise @c. Returns 0 or -EINVAL. */
+int weft_cond_init(weft_cond_t *c);
+
+/**
+ * weft_cond_wait — atomically unlock @m (which the caller must hold) and
+ * wait on @c until signalled, then lock @m again before returning — on
+ * every return path, also timeout, cancellation and -EIDRM, as with
+ * pthread_cond_wait(). Wake-ups are FIFO; no spurious wake-ups, but the
+ * caller should still re-check its predicate (another fiber may have run
+ * first). Returns 0 when signalled, -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM
+ * if the caller does not hold @m or is not a fiber, -EINVAL.
+ */
+int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline);
+
+/** weft_cond_signal — wake the first waiter, if any. Returns 0 or -EINVAL. */
+int weft_cond_signal(weft_cond_t *c);
+
+/** weft_cond_broadcast — wake every waiter. Returns 0 or -EINVAL. */
+int weft_cond_broadcast(weft_cond_t *c);
+
+/** weft_cond_destroy — wake every waiter with -EIDRM. Returns 0, -EINVAL. */
+int weft_cond_destroy(weft_cond_t *c);
+
+/* Notification ------------------------------------------------------------ */
+
+/**
+ * A one-shot event: once set it stays set and every wait returns at once.
+ * It may be set from any thread; waiters run on their own loop. The first
+ * fiber to wait binds it to its scheduler: all waiters must belong to that
+ * same scheduler.
+ */
+typedef struct weft_notification {
+    int state;            /* accessed atomically                            */
+    void *sched;          /* scheduler of the waiters                       */
+    weft_waitq_t q;
+    void *post_[4];       /* storage for the cross-thread wake-up           */
+} weft_notification_t;
+#define WEFT_NOTIFICATION_INIT { 0, NULL, WEFT_WAITQ_INIT, { NULL } }
+
+/** weft_notification_init — initialise @n unset. Returns 0 or -EINVAL. */
+int weft_notification_init(weft_notification_t *n);
+
+/**
+ * weft_notification_wait — wait until @n is set. Returns 0 (at once if it
+ * is already set), -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber
+ * or when @n already has waiters on another scheduler, -EINVAL.
+ */
+int weft_notification_wait(weft_notification_t *n, int64_t deadline);
+
+/**
+ * weft_notification_set — set @n and wake every waiter. Thread-safe: from
+ * a thread other than the waiters' the wake-up is posted to their loop
+ * (no allocation). Returns 0, -EALREADY if @n was already set, -EINVAL.
+ */
+int weft_notification_set(weft_notification_t *n);
+
+/** weft_notification_is_set — 1 if set, else 0. Thread-safe. */
+int weft_notification_is_set(const weft_notification_t *n);
+
+/**
+ * weft_notification_destroy — wake every waiter with -EIDRM and reset @n
+ * to unset. Returns 0, -EINVAL, or -EBUSY (nothing done) while a wake-up
+ * posted by another thread's weft_notification_set() has not yet run:
+ * let the loop run (weft_yield()) and retry.
+ */
+int weft_notification_destroy(weft_notification_t *n);
+
+/* Semaphore --------------------------------------------------------------- */
+
+typedef struct weft_sem {
+    long count;
+    weft_waitq_t q;
+} weft_sem_t;
+#define WEFT_SEM_INIT(n) { (n), WEFT_WAITQ_INIT }
+
+/** weft_sem_init — initialise @s with @count (>= 0) permits. */
+int weft_sem_init(weft_sem_t *s, long count);
+
+/**
+ * weft_sem_acquire — take one permit, waiting until @deadline for one.
+ * Returns 0, -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber,
+ * -EINVAL.
+ */
+int weft_sem_acquire(weft_sem_t *s, int64_t deadline);
+
+/** weft_sem_try_acquire — take a permit if one is free and nobody waits.
+ *  Returns 0, -EAGAIN, -EINVAL. Never blocks; callable outside fibers. */
+int weft_sem_try_acquire(weft_sem_t *s);
+
+/** weft_sem_release — give one permit back: to the first waiter if any,
+ *  else to the count. Returns 0, -EOVERFLOW, -EINVAL. */
+int weft_sem_release(weft_sem_t *s);
+
+/** weft_sem_value — permits currently free (never negative). */
+long weft_sem_value(const weft_sem_t *s);
+
+/** weft_sem_destroy — wake every waiter with -EIDRM. Returns 0, -EINVAL. */
+int weft_sem_destroy(weft_sem_t *s);
+
+/* Task limiter ------------------------------------------------------------ */
+
+/**
+ * Runs fibers with at most @limit of them alive at once: spawning blocks
+ * while @limit spawned tasks are still running. The limiter must outlive
+ * its tasks (weft_limiter_wait() then destroy).
+ */
+typedef struct weft_limiter {
+    long limit;
+    long running;
+    weft_waitq_t q;      /* spawners waiting for a slot                    */
+    weft_waitq_t idle;   /* fibers in weft_limiter_wait()                  */
+} weft_limiter_t;
+#define WEFT_LIMITER_INIT(n) { (n), 0, WEFT_WAITQ_INIT, WEFT_WAITQ_INIT }
+
+/** weft_limiter_init — initialise @l for at most @limit (>= 1) tasks. */
+int weft_limiter_init(weft_limiter_t *l, long limit);
+
+/**
+ * weft_limiter_spawn — spawn a detached fiber running @fn(@arg) once fewer
+ * than the limit of @l's tasks are running, waiting until @deadline for a
+ * slot (FIFO among spawners). @fn's return value is discarded. Returns 0,
+ * -ETIMEDOUT, -ECANCELED (the task is not spawned), -EIDRM, any error of
+ * weft_spawn(), -EPERM outside a fiber, -EINVAL.
+ */
+int weft_limiter_spawn(weft_limiter_t *l, weft_fn_t fn, void *arg,
+                       int64_t deadline);
+
+/** weft_limiter_running — tasks of @l currently running. */
+long weft_limiter_running(const weft_limiter_t *l);
+
+/**
+ * weft_limiter_wait — wait until no task of @l is running. Returns 0,
+ * -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber, -EINVAL.
+ */
+int weft_limiter_wait(weft_limiter_t *l, int64_t deadline);
+
+/**
+ * weft_limiter_destroy — returns -EBUSY (nothing done) while tasks run,
+ * since they still refer to @l; otherwise wakes waiters with -EIDRM and
+ * returns 0.
+ */
+int weft_limiter_destroy(weft_limiter_t *l);
+
+/* Wait group -------------------------------------------------------------- */
+
+typedef struct weft_waitgroup {
+    long count;
+    weft_waitq_t q;
+} weft_waitgroup_t;
+#define WEFT_WAITGROUP_INIT { 0, WEFT_WAITQ_INIT }
+
+/** weft_waitgroup_init — initialise @wg with a count of 0. */
+int weft_waitgroup_init(weft_waitgroup_t *wg);
+
+/**
+ * weft_waitgroup_add — add @n (may be negative) to the count; when it
+ * reaches 0 every waiter wakes. Returns 0, -EINVAL if the count would go
+ * below 0 (nothing changes), -EOVERFLOW.
+ */
+int weft_waitgroup_add(weft_waitgroup_t *wg, long n);
+
+/** weft_waitgroup_done — weft_waitgroup_add(@wg, -1). */
+int weft_waitgroup_done(weft_waitgroup_t *wg);
+
+/**
+ * weft_waitgroup_wait — wait until the count is 0. Returns 0 (at once if
+ * it is), -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber, -EINVAL.
+ */
+int weft_waitgroup_wait(weft_waitgroup_t *wg, int64_t deadline);
+
+/** weft_waitgroup_destroy — wake every waiter with -EIDRM. */
+int weft_waitgroup_destroy(weft_waitgroup_t *wg);
+
+/* Channels ---------------------------------------------------------------- */
+
+/**
+ * A typed-by-size channel of fixed-size elements: unbuffered (capacity 0:
+ * a send waits for a receiver, and the element is copied straight from the
+ * sender to the receiver) or buffered. Senders and receivers are served in
+ * FIFO order.
+ */
+typedef struct weft_chan weft_chan_t;
+
+/**
+ * weft_chan_create — a channel of @elem_size-byte elements (0 allowed:
+ * pure signals) holding up to @capacity buffered elements. Returns 0,
+ * -EINVAL, -ENOMEM. Callable outside fibers.
+ */
+int weft_chan_create(weft_chan_t **out, size_t elem_size, size_t capacity);
+
+/**
+ * weft_chan_send — send the element at @elem, waiting until @deadline for
+ * a receiver or buffer space. Returns 0, -EPIPE if the channel is or gets
+ * closed (the element was not sent), -ETIMEDOUT, -ECANCELED, -EIDRM,
+ * -EPERM outside a fiber, -EINVAL. With a deadline of 0 it never blocks.
+ */
+int weft_chan_send(weft_chan_t *c, const void *elem, int64_t deadline);
+
+/**
+ * weft_chan_recv — receive an element into @elem (may be NULL to drop it).
+ * Returns 0, -EPIPE once the channel is closed and empty, -ETIMEDOUT,
+ * -ECANCELED, -EIDRM, -EPERM outside a fiber, -EINVAL.
+ */
+int weft_chan_recv(weft_chan_t *c, void *elem, int64_t deadline);
+
+/**
+ * weft_chan_close — close @c: buffered elements can still be received;
+ * waiting senders and, once empty, receivers get -EPIPE. Returns 0,
+ * -EALREADY, -EINVAL. Never blocks.
+ */
+int weft_chan_close(weft_chan_t *c);
+
+/** weft_chan_len — elements buffered now. */
+size_t weft_chan_len(const weft_chan_t *c);
+
+/**
+ * weft_chan_destroy — wake every fiber waiting on @c (also in a select)
+ * with -EIDRM and free it; buffered elements are dropped. Returns 0 or
+ * -EINVAL.
+ */
+int weft_chan_destroy(weft_chan_t *c);
+
+#define WEFT_CHAN_SEND 1
+#define WEFT_CHAN_RECV 2
+
+/** One operation of a select. */
+typedef struct weft_chan_op {
+    weft_chan_t *chan;
+    int op;              /* WEFT_CHAN_SEND or WEFT_CHAN_RECV              */
+    void *elem;          /* element to send / where to receive (or NULL)  */
+    int result;          /* out: 0 or -EPIPE for the chosen operation     */
+} weft_chan_op_t;
+
+/**
+ * weft_chan_select — perform exactly one of the @n operations in @ops,
+ * waiting until @deadline for one to become possible. When several are
+ * possible at once the first in @ops order is chosen.
+ *
+ * Returns the index of the operation performed, with its result in
+ * ops[i].result (0, or -EPIPE when it completed because its channel is
+ * closed); or -ETIMEDOUT, -ECANCELED, -EIDRM (a channel was destroyed),
+ * -ENOMEM, -EPERM outside a fiber, -EINVAL (bad @ops, @n == 0).
+ */
+int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline);
+
+/* ------------------------------------------------------------------------ */
+/* Futures and promises                                                     */
+/* ------------------------------------------------------------------------ */
+/*
+ * A promise is the write side, a future the read side of one result: a
+ * value (void *) or an error (a negative errno).
+ *
+ * Memory: both are handles to one reference-counted shared state. The
+ * promise handle holds one reference, every future handle one more; the
+ * state is freed when the last is released. Each call below says whether
+ * it consumes (takes over) a handle; the others borrow. Releasing a promise
+ * that was never set settles its future with -EPIPE ("broken promise").
+ * The value pointer is never dereferenced or freed by weft: what it points
+ * to stays the caller's to manage.
+ *
+ * Threads: a state belongs to the scheduler of the thread that created it
+ * (its loop). Settling (weft_promise_*set*, the done function of
+ * weft_future_from_callback()), weft_future_is_set(), weft_future_try_get()
+ * and the release calls are thread-safe. Everything else is called on the
+ * owner loop's thread. Callbacks and awaiting fibers always run on the
+ * owner loop: when a promise is set on that thread, callbacks run inline
+ * before the set call returns; from another thread, the delivery is posted
+ * to the owner loop (no allocation). Callbacks run outside any blocking
+ * context: they must not block.
+ */
+typedef struct weft_promise weft_promise_t;
+typedef struct weft_future weft_future_t;
+
+/**
+ * weft_promise_create — a pending promise on the calling thread's
+ * scheduler (created if needed). Returns 0, -EINVAL, -ENOMEM.
+ */
+int weft_promise_create(weft_promise_t **out);
+
+/**
+ * weft_promise_future — a new future handle for @p's result (release it
+ * with weft_future_release()). NULL only for a NULL @p.
+ */
+weft_future_t *weft_promise_future(weft_promise_t *p);
+
+/** weft_promise_set_value — settle with @value. Thread-safe. Returns 0,
+ *  -EALREADY if already settled, -EINVAL. */
+int weft_promise_set_value(weft_promise_t *p, void *value);
+
+/** weft_promise_set_error — settle with error @err (< 0). Thread-safe.
+ *  Returns 0, -EALREADY, -EINVAL. */
+int weft_promise_set_error(weft_promise_t *p, int err);
+
+/**
+ * weft_promise_try_set — settle with @value if @err is 0, else with @err,
+ * unless already settled. Thread-safe. Returns 1 if this call settled it,
+ * 0 if it already was, -EINVAL.
+ */
+int weft_promise_try_set(weft_promise_t *p, int err, void *value);
+
+/** weft_promise_is_set — 1 if settled, else 0. Thread-safe. */
+int weft_promise_is_set(const weft_promise_t *p);
+
+/** weft_promise_release — drop the promise handle (consumes @p); if the
+ *  promise was never set, its future fails with -EPIPE. Thread-safe. */
+void weft_promise_release(weft_promise_t *p);
+
+/**
+ * weft_future_ready / weft_future_failed — an already settled future with
+ * @value / error @err (< 0). NULL on allocation failure or bad @err.
+ */
+weft_future_t *weft_future_ready(void *value);
+weft_future_t *weft_future_failed(int err);
+
+/** weft_future_ref — another handle to @f's state (release it too). */
+weft_future_t *weft_future_ref(weft_future_t *f);
+
+/** weft_future_release — drop the handle (consumes @f). Thread-safe. */
+void weft_future_release(weft_future_t *f);
+
+/** weft_future_is_set — 1 if settled, else 0. Thread-safe. */
+int weft_future_is_set(const weft_future_t *f);
+
+/**
+ * weft_future_try_get — the result if settled: returns 0 and stores the
+ * value in *@value (if non-NULL), or the error it failed with; -EAGAIN
+ * while pending; -EINVAL. Never blocks. Thread-safe.
+ */
+int weft_future_try_get(const weft_future_t *f, void **value);
+
+/**
+ * weft_future_get — await @f from a fiber of its loop (WaitFor): wait until
+ * it settles or @deadline passes. Returns 0 with the value in *@value, the
+ * error @f failed with, or -ETIMEDOUT / -ECANCELED (@f stays pending and
+ * usable), -EPERM outside a fiber of @f's loop, -EINVAL. To tell a failure
+ * of @f apart from a timeout, check weft_future_is_set().
+ */
+int weft_future_get(weft_future_t *f, void **value, int64_t deadline);
+
+/** Callback of weft_future_subscribe(): @err is 0 and @value the value, or
+ *  @err is the error. */
+typedef void (*weft_future_cb)(void *arg, int err, void *value);
+
+/**
+ * weft_future_subscribe — call @cb(@arg, err, value) once @f settles, on
+ * @f's loop; inline before returning if it has already settled. Callbacks
+ * run in subscription order. Returns 0, -ENOMEM, -EPERM on another thread,
+ * -EINVAL.
+ */
+int weft_future_subscribe(weft_future_t *f, weft_future_cb cb, void *arg);
+
+/** A value transformation: return 0 and store the new value in *@out, or
+ *  return a negative errno to fail the resulting future. */
+typedef int (*weft_then_fn)(void *arg, void *value, void **out);
+
+/** A transformation that starts more work: return a future (ownership
+ *  passes to weft) whose result becomes the chain's, or NULL to fail the
+ *  chain with -ENOMEM. */
+typedef weft_future_t *(*weft_then_future_fn)(void *arg, void *value);
+
+/**
+ * weft_then — a future of @fn applied to @f's value. Consumes @f (pass a
+ * weft_future_ref() to keep using it). If @f fails, @fn is skipped and the
+ * error propagates. @fn runs on @f's loop when @f settles. Returns NULL
+ * only if allocation fails or @fn is NULL (then @f is released); call on
+ * @f's loop thread.
+ */
+weft_future_t *weft_then(weft_future_t *f, weft_then_fn fn, void *arg);
+
+/**
+ * weft_then_future — like weft_then(), for an @fn that returns a future:
+ * the resulting future settles with that future's result (flattened).
+ */
+weft_future_t *weft_then_future(weft_future_t *f, weft_then_future_fn fn,
+                                void *arg);
+
+/**
+ * weft_future_any — a future that settles like the first of the @n
+ * futures in @fs to settle, value or error (the others are ignored).
+ * Borrows @fs (the caller still releases them). @n == 0 gives a future
+ * failed with -EINVAL. NULL on allocation failure. All on the caller's loop.
+ */
+weft_future_t *weft_future_any(weft_future_t *const *fs, size_t n);
+
+/**
+ * weft_future_all — a barrier: settles once every one of the @n futures in
+ * @fs has settled — with value NULL if all succeeded, else with the error
+ * of the first to fail (in time). Read the individual results with
+ * weft_future_try_get(). Borrows @fs. NULL on allocation failure.
+ */
+weft_future_t *weft_future_all(weft_future_t *const *fs, size_t n);
+
+/** Completion function handed to a callback-style API: settle with @err
+ *  (< 0) or, for @err 0, @value. Call it exactly once, from any thread. */
+typedef void (*weft_done_fn)(void *done_arg, int err, void *value);
+
+/**
+ * weft_future_from_callback — adapt a callback API to a future: calls
+ * @start(@arg, done, done_arg) at once; the API later calls
+ * done(done_arg, err, value) exactly once, from any thread, which settles
+ * the returned future. If @start returns a negative errno, it must not
+ * call done, and the future fails with that error. NULL on allocation
+ * failure.
+ */
+weft_future_t *weft_future_from_callback(
+    int (*start)(void *arg, weft_done_fn done, void *done_arg), void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Offload pool, DNS, process wait                                          */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * weft_offload — run @fn(@arg) on a worker thread of the process-wide
+ * offload pool while the calling fiber waits until @deadline; other
+ * fibers keep running.
+ *
+ * @cleanup: if non-NULL, called as @cleanup(@arg, r) with @fn's result r
+ *   when the caller stopped waiting (timeout, cancellation) before @fn
+ *   finished: @fn still runs to completion, its result is discarded
+ *   safely, and @cleanup then releases whatever it holds — on the worker
+ *   thread or on the caller's loop. @arg must stay valid until then.
+ * @result: if non-NULL, receives @fn's result on success.
+ *
+ * The pool starts lazily with 4 threads (see weft_offload_start()).
+ * Returns 0, -ETIMEDOUT, -ECANCELED, -ENOMEM, -EAGAIN (no thread could be
+ * started), -EPERM outside a fiber, -EINVAL.
+ */
+int weft_offload(void *(*fn)(void *arg), void *arg,
+                 void (*cleanup)(void *arg, void *result), void **result,
+                 int64_t deadline);
+
+/**
+ * weft_offload_start — start the pool with @nthreads workers (1..256) if it
+ * is not running. Thread-safe. Returns 0, -EALREADY if already running,
+ * -EINVAL, -EAGAIN.
+ */
+int weft_offload_start(unsigned nthreads);
+
+/**
+ * weft_offload_shutdown — let the workers finish every queued job, then
+ * join them. Blocks the calling thread; call it outside fibers, when no
+ * fiber is waiting in weft_offload(). A later weft_offload() starts the
+ * pool again. Thread-safe.
+ */
+void weft_offload_shutdown(void);
+
+/**
+ * weft_getaddrinfo — getaddrinfo(3) that blocks only the calling fiber:
+ * the lookup runs in the offload pool (glibc's resolver and NSS, exactly
+ * as the process would resolve the name). Names in the reserved ".invalid"
+ * domain fail at once (RFC 6761).
+ *
+ * On success returns 0 and *@res, to be freed with freeaddrinfo(3). If the
+ * caller stops waiting, the lookup finishes in the background and its
+ * result is freed. Errors: -ENOENT (EAI_NONAME: no such name or service),
+ * -ENODATA (EAI_NODATA), -EAGAIN (EAI_AGAIN: temporary failure),
+ * -EIO (EAI_FAIL), -EAFNOSUPPORT (EAI_FAMILY), -ESOCKTNOSUPPORT
+ * (EAI_SOCKTYPE), -EINVAL (EAI_BADFLAGS, or both @node and @service NULL),
+ * -ENOMEM, the errno of EAI_SYSTEM, -ETIMEDOUT, -ECANCELED, -EPERM outside
+ * a fiber.
+ */
+struct addrinfo;
+int weft_getaddrinfo(const char *node, const char *service,
+                     const struct addrinfo *hints, struct addrinfo **res,
+                     int64_t deadline);
+
+/**
+ * weft_proc_wait — wait until child process @pid terminates, and reap it.
+ *
+ * Waits on a pidfd (pidfd_open, Linux >= 5.3) with the loop's descriptor
+ * wait; where pidfd_open is unavailable, polls waitpid(WNOHANG) with a
+ * backoff of 1 ms doubling to 50 ms. Setting the environment variable
+ * WEFT_PROC_NO_PIDFD forces the polling fallback. No signal handler is
+ * installed. Process groups (@pid <= 0) are refused.
+ *
+ * @wstatus: if non-NULL, receives the status as waitpid(2) does: use
+ *   WIFEXITED/WEXITSTATUS for the exit code, WIFSIGNALED/WTERMSIG for the
+ *   signal that killed it.
+ *
+ * Returns 0; -EINVAL for @pid <= 0 or a bad deadline; -ECHILD when @pid
+ * is not an unwaited child of this process; -ETIMEDOUT (the child is left
+ * unreaped: wait again later); -ECANCELED; -EPERM outside a fiber.
+ */
+int weft_proc_wait(pid_t pid, int *wstatus, int64_t deadline);
+
+/* ------------------------------------------------------------------------ */
+/* Timeout scopes                                                           */
+/* ------------------------------------------------------------------------ */
+/*
+ * A timeout scope bounds every blocking call a fiber makes while inside it
+ * by the scope's deadline, as if each call had been given
+ * min(its deadline, scope deadline). Once the scope's deadline has passed,
+ * every blocking call in it (including weft_yield() and calls that could
+ * have completed at once) returns -ETIMEDOUT, and a call that is waiting
+ * when it passes wakes with -ETIMEDOUT; weft_sleep*() returns -ETIMEDOUT
+ * rather than 0 when cut short by the scope. Scopes nest: an inner scope
+ * can shorten but never extend the outer one. A scope belongs to its fiber:
+ * fibers spawned inside do not inherit it.
+ */
+
+/**
+ * weft_scope_run — run @fn(@arg) in the calling fiber under a scope with
+ * @deadline, and return what @fn returns. WEFT_FOREVER adds no bound.
+ * Returns -EPERM outside a fiber, -EINVAL for a NULL @fn or a bad
+ * deadline (without calling @fn).
+ */
+int weft_scope_run(int64_t deadline, int (*fn)(void *arg), void *arg);
+
+/**
+ * weft_scope_enter / weft_scope_leave — the same as a pair, for code that
+ * cannot be a callback. enter stores the previous scope in *@saved; leave
+ * must be given that value, innermost scope first. Both return 0, -EPERM
+ * outside a fiber, -EINVAL.
+ */
+int weft_scope_enter(int64_t deadline, int64_t *saved);
+int weft_scope_leave(int64_t saved);
+
+/**
+ * weft_scope_deadline — the calling fiber's effective scope deadline, or
+ * WEFT_FOREVER when it is in no scope (or not a fiber).
+ */
+int64_t weft_scope_deadline(void);
 
 #ifdef __cplusplus
 }

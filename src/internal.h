@@ -152,7 +152,38 @@ struct weft__wait {
     weft__timer timer;
     weft__reactor *r;
     bool active;
+    bool nocancel;     /* not ended by weft_cancel or timeout scopes: used
+                          to wait for the CQE of an op being cancelled     */
+    bool op_done;      /* the op's completion arrived (op_res is valid)    */
+    void *op;          /* in-flight completion record (io_uring), or NULL  */
+    int op_res;        /* the op's own result (CQE res)                    */
 };
+
+/* Completion-based operations, for backends that have them (io_uring). */
+enum {
+    WEFT__OP_READ, WEFT__OP_WRITE, WEFT__OP_READV, WEFT__OP_WRITEV,
+    WEFT__OP_RECV, WEFT__OP_SEND, WEFT__OP_RECVMSG, WEFT__OP_SENDMSG,
+    WEFT__OP_ACCEPT, WEFT__OP_CONNECT, WEFT__OP_POLL, WEFT__OP_CLOSE
+};
+typedef struct weft__opdesc {
+    int op;
+    int fd;
+    void *buf;
+    size_t len;
+    const struct iovec *iov;
+    int iovcnt;
+    int64_t off;               /* -1: the file position                  */
+    int flags;                 /* recv/send flags                        */
+    struct sockaddr *addr;     /* accept (out) / connect (in)            */
+    socklen_t *addrlen;        /* accept                                 */
+    socklen_t alen;            /* connect                                */
+    uint32_t events;           /* poll: WEFT_READABLE|...                */
+} weft__opdesc;
+
+/* Every backend's completion record starts with this. */
+typedef struct weft__oprec {
+    weft__wait *wait;          /* NULL once abandoned                    */
+} weft__oprec;
 
 /* Per-descriptor state, indexed by fd number. */
 typedef struct weft__fdstate {
@@ -167,12 +198,15 @@ typedef struct weft__fdstate {
     uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
 } weft__fdstate;
 
-enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2 };
+enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2,
+       WEFT__FD_FILE = 3 /* regular file: never O_NONBLOCK'd */ };
 
 typedef struct weft__post {
     struct weft__post *next;
     void (*fn)(void *);
     void *arg;
+    bool embedded;     /* caller-owned node (weft__reactor_post_node): the
+                          drain does not free it                          */
 } weft__post;
 
 typedef struct weft__backend_ops {
@@ -187,10 +221,24 @@ typedef struct weft__backend_ops {
      * weft__reactor_fd_event(); call weft__reactor_drain_posts() when the
      * wake-up descriptor fired. Returns 0 or -errno. */
     int (*poll)(weft__reactor *r, int64_t timeout_ns);
+    /* Optional (NULL for readiness backends): start @d for @w, linking the
+     * record to w->op. Its completion sets w->op_res/op_done, clears w->op
+     * and completes @w with the result. */
+    int (*op_submit)(weft__reactor *r, weft__wait *w, const weft__opdesc *d);
+    /* @w completed before its op: ask the kernel to cancel the op. Ops
+     * without buffers (poll) are abandoned at once (w->op cleared); for the
+     * others w->op stays set and the caller waits for the completion. */
+    void (*op_cancel)(weft__reactor *r, weft__wait *w);
 } weft__backend_ops;
 
 extern const weft__backend_ops weft__backend_epoll;
 extern const weft__backend_ops weft__backend_poll;
+#if defined(__linux__) && defined(__has_include) && !defined(WEFT_NO_URING)
+#if __has_include(<liburing.h>)
+#define WEFT_HAVE_URING 1
+extern const weft__backend_ops weft__backend_uring;
+#endif
+#endif
 
 struct weft__reactor {
     const weft__backend_ops *ops;
@@ -209,6 +257,9 @@ struct weft__reactor {
     void *pfds;
     int *pfd_fds;
     int npfds, pfd_cap;
+    /* completion backends */
+    void *bstate;
+    size_t ops_inflight;     /* records the kernel still owns            */
 };
 
 int weft__reactor_init(weft__reactor *r, weft_backend_t which);
@@ -220,6 +271,10 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block);
 void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents);
 void weft__reactor_drain_posts(weft__reactor *r);
 int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg);
+/* Post a caller-owned node (fn and arg set by the caller); never fails and
+ * never allocates. The node must stay valid until p->fn runs, and must not
+ * be posted again before then. Thread-safe. */
+void weft__reactor_post_node(weft__reactor *r, weft__post *p);
 weft__fdstate *weft__fd(weft__reactor *r, int fd); /* grows table; NULL=ENOMEM */
 static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
     return (uint64_t)(uint32_t)fd | ((uint64_t)gen << 32);
@@ -236,6 +291,16 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
 /* Complete @w with @result (first completion wins; later ones are no-ops). */
 void weft__wait_complete(weft__wait *w, int result);
+/* Start a completion op for @w (backends with op_submit only). */
+int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d);
+static inline bool weft__reactor_has_ops(const weft__reactor *r) {
+    return r->ops->op_submit != NULL;
+}
+/* Hand an op still in flight from @from to @to (both waits of one fiber). */
+void weft__wait_move_op(weft__wait *from, weft__wait *to);
+/* After fork(), in the child: release the parent's kernel objects (ring,
+ * epoll set, eventfd) without touching the parent's. */
+void weft__reactor_abandon(weft__reactor *r);
 /* Wake every waiter on @fd with @err and drop its registration/state. */
 void weft__reactor_fd_close(weft__reactor *r, int fd, int err);
 /* Fresh descriptor created by weft (or just forgotten): reset its state. */
@@ -270,6 +335,9 @@ struct weft__fiber {
     uint8_t permit;           /* weft_unpark() before weft_park()          */
     uint8_t is_main;
     uint8_t parked;           /* blocked in weft_park()                   */
+    int64_t scope_deadline;   /* timeout scope (scope.c): 0 = none, else
+                                 the absolute deadline every blocking call
+                                 is clamped to (a past one is stored as 1) */
 #ifdef WEFT_ASAN
     void *asan_fake;
     const void *asan_from_bottom;
@@ -326,6 +394,8 @@ int weft__block(weft__wait *w);
 void weft__fiber_wake(weft__wait *w);
 /* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
 int weft__precheck(int64_t deadline);
+/* Timeout scopes (scope.c): bound @w's deadline by @scope (non-zero). */
+void weft__scope_clamp(weft__wait *w, int64_t scope);
 void weft__overflow_install(weft_sched_t *s);
 void weft__overflow_remove(weft_sched_t *s);
 

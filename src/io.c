@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Block the current fiber until @fd is ready for @events. */
@@ -39,6 +40,57 @@ static int io_wait(int fd, uint32_t events, int64_t deadline)
         return rc;
     }
     return weft__block(&w);
+}
+
+/* Completion ops are used when the backend has them and the call may
+ * wait; a deadline that has passed means one non-blocking attempt, which
+ * the system call does best. */
+static bool ring_ok(int64_t deadline)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (!weft__reactor_has_ops(&s->r))
+        return false;
+    return deadline == WEFT_FOREVER || deadline > weft_now();
+}
+
+/*
+ * Run one completion op for the current fiber and return its result.
+ *
+ * If the wait ends first (deadline, cancel, close), the op is cancelled and
+ * the fiber waits — uninterruptibly — for its completion before returning,
+ * because the kernel may still be using the caller's buffer. An op that
+ * completed after all wins over the reason for cancelling it, so no data
+ * (and no accepted descriptor) is lost: each op completes or is cancelled,
+ * exactly once.
+ */
+static ssize_t ring_op(const weft__opdesc *d, int64_t deadline)
+{
+    weft_sched_t *s = weft__sched_tls();
+    weft__wait w;
+    weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
+    int rc = weft__wait_arm_deadline(&w, deadline);
+    if (rc == 0)
+        rc = weft__wait_arm_op(&w, d);
+    if (rc < 0) {
+        weft__wait_complete(&w, rc);
+        return rc;
+    }
+    int why = weft__block(&w);
+    if (w.op) {
+        weft__wait w2;
+        weft__wait_init(&w2, &s->r, weft__fiber_wake, s->current);
+        w2.nocancel = true;
+        weft__wait_move_op(&w, &w2);
+        weft__block(&w2);
+        w.op_done = w2.op_done;
+        w.op_res = w2.op_res;
+    }
+    if (!w.op_done)
+        return why; /* ended before the op was submitted */
+    int res = w.op_res;
+    if ((res == -ECANCELED || res == -EINTR) && why < 0 && why != res)
+        return why;
+    return res;
 }
 
 static weft__fdstate *fdst(int fd)
@@ -68,6 +120,21 @@ static int fd_kind(int fd)
     return st ? st->kind : WEFT__FD_UNKNOWN;
 }
 
+static void fd_set_kind(int fd, int kind);
+
+/* @fd is not a socket: a regular file (left blocking, so io_uring reads
+ * really wait for the disk) or something pollable (made non-blocking). */
+static int learn_not_socket(int fd)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode))) {
+        fd_set_kind(fd, WEFT__FD_FILE);
+        return 0;
+    }
+    fd_set_kind(fd, WEFT__FD_OTHER);
+    return ensure_nonblock(fd);
+}
+
 static void fd_set_kind(int fd, int kind)
 {
     weft__fdstate *st = fdst(fd);
@@ -86,6 +153,8 @@ static int begin(int fd, int64_t deadline)
         return -ENOMEM;
     return 0;
 }
+
+static void adopt(int fd, int kind);
 
 /* The errno of a failed call: 0 means "would block, wait", else -errno. */
 static inline int failed(void)
@@ -128,9 +197,30 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
-        if (socket_only && kind == WEFT__FD_OTHER)
+        if (socket_only && (kind == WEFT__FD_OTHER || kind == WEFT__FD_FILE))
             return -ENOTSOCK;
-        if (kind != WEFT__FD_OTHER) {
+        if (kind != WEFT__FD_UNKNOWN && ring_ok(deadline)) {
+            weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
+                              .iov = iov, .iovcnt = cnt};
+            if (cnt == 1) {
+                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_RECV : WEFT__OP_READ;
+                d.buf = iov[0].iov_base;
+                d.len = iov[0].iov_len;
+            } else {
+                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_RECVMSG : WEFT__OP_READV;
+            }
+            n = ring_op(&d, deadline);
+            if (n == -EINTR)
+                continue;
+            if (n != -EAGAIN)
+                return n;
+            /* An older kernel that will not wait on O_NONBLOCK files. */
+            rc = io_wait(fd, WEFT_READABLE, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        if (kind == WEFT__FD_SOCKET || kind == WEFT__FD_UNKNOWN) {
             struct msghdr m = {.msg_iov = (struct iovec *)iov,
                                .msg_iovlen = (size_t)cnt};
             n = recvmsg(fd, &m, flags | MSG_DONTWAIT);
@@ -139,8 +229,7 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
             if (n < 0 && errno == ENOTSOCK) {
                 if (socket_only)
                     return -ENOTSOCK;
-                fd_set_kind(fd, WEFT__FD_OTHER);
-                if ((rc = ensure_nonblock(fd)) < 0)
+                if ((rc = learn_not_socket(fd)) < 0)
                     return rc;
                 continue;
             }
@@ -217,9 +306,33 @@ static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
-        if (socket_only && kind == WEFT__FD_OTHER)
+        if (socket_only && (kind == WEFT__FD_OTHER || kind == WEFT__FD_FILE))
             return -ENOTSOCK;
-        if (kind != WEFT__FD_OTHER) {
+        /* Pipes and other non-sockets stay on the system call: a ring
+         * write to a broken pipe raises SIGPIPE, which the guarded
+         * syscall below turns into -EPIPE. */
+        if ((kind == WEFT__FD_SOCKET || kind == WEFT__FD_FILE) &&
+            ring_ok(deadline)) {
+            weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
+                              .iov = iov, .iovcnt = cnt};
+            if (cnt == 1) {
+                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_SEND : WEFT__OP_WRITE;
+                d.buf = iov[0].iov_base;
+                d.len = iov[0].iov_len;
+            } else {
+                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_SENDMSG : WEFT__OP_WRITEV;
+            }
+            n = ring_op(&d, deadline);
+            if (n == -EINTR)
+                continue;
+            if (n != -EAGAIN)
+                return n;
+            rc = io_wait(fd, WEFT_WRITABLE, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        if (kind == WEFT__FD_SOCKET || kind == WEFT__FD_UNKNOWN) {
             struct msghdr m = {.msg_iov = (struct iovec *)iov,
                                .msg_iovlen = (size_t)cnt};
             n = sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -228,11 +341,12 @@ static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
             if (n < 0 && errno == ENOTSOCK) {
                 if (socket_only)
                     return -ENOTSOCK;
-                fd_set_kind(fd, WEFT__FD_OTHER);
-                if ((rc = ensure_nonblock(fd)) < 0)
+                if ((rc = learn_not_socket(fd)) < 0)
                     return rc;
                 continue;
             }
+        } else if (kind == WEFT__FD_FILE) {
+            n = writev(fd, iov, cnt);
         } else {
             n = writev_nosigpipe(fd, iov, cnt);
         }
@@ -374,6 +488,23 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
     if ((rc = ensure_nonblock(fd)) < 0)
         return rc;
     for (;;) {
+        if (ring_ok(deadline)) {
+            weft__opdesc d = {.op = WEFT__OP_ACCEPT, .fd = fd, .addr = addr,
+                              .addrlen = addrlen};
+            int c = (int)ring_op(&d, deadline);
+            if (c >= 0) {
+                adopt(c, WEFT__FD_SOCKET);
+                return c;
+            }
+            if (c == -EINTR || c == -ECONNABORTED || c == -EPROTO)
+                continue;
+            if (c != -EAGAIN)
+                return c;
+            rc = io_wait(fd, WEFT_READABLE, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         int c = accept4(fd, addr, addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c >= 0) {
             adopt(c, WEFT__FD_SOCKET);
@@ -400,6 +531,17 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
         return -EINVAL;
     if ((rc = ensure_nonblock(fd)) < 0)
         return rc;
+    if (ring_ok(deadline)) {
+        weft__opdesc d = {.op = WEFT__OP_CONNECT, .fd = fd,
+                          .addr = (struct sockaddr *)addr, .alen = addrlen};
+        ssize_t n;
+        do
+            n = ring_op(&d, deadline);
+        while (n == -EINTR);
+        if (n != -EAGAIN && n != -EINPROGRESS && n != -EALREADY)
+            return n == -EISCONN ? 0 : (int)n;
+        /* fall through: finish the handshake by readiness */
+    }
     for (;;) {
         if (connect(fd, addr, addrlen) == 0)
             return 0;
@@ -448,6 +590,22 @@ int weft_close(int fd)
     if (fd < 0)
         return -EBADF;
     weft_fd_forget(fd);
+    weft_sched_t *s = weft__sched_tls();
+    if (s && !s->current->is_main && !s->current->cancelled &&
+        weft__reactor_has_ops(&s->r)) {
+        /* Batched with the loop's other submissions. A close never waits
+         * for a peer, so the op completes in the next loop iteration. */
+        weft__opdesc d = {.op = WEFT__OP_CLOSE, .fd = fd};
+        weft__wait w;
+        weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
+        w.nocancel = true;
+        int rc = weft__wait_arm_op(&w, &d);
+        if (rc == 0) {
+            weft__block(&w);
+            return w.op_res == -EINTR ? 0 : w.op_res;
+        }
+        weft__wait_complete(&w, rc);
+    }
     /* On Linux the descriptor is released even when close reports EINTR. */
     if (close(fd) < 0 && errno != EINTR)
         return -errno;
@@ -565,4 +723,57 @@ int weft_local_port(int fd)
     if (ss.ss_family == AF_INET6)
         return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     return -EAFNOSUPPORT;
+}
+
+/* ---- positioned file I/O ------------------------------------------------ */
+
+static ssize_t positioned(int fd, void *buf, size_t len, off_t off,
+                          int64_t deadline, bool write)
+{
+    int rc = begin(fd, deadline);
+    if (rc < 0)
+        return rc;
+    if (!buf && len)
+        return -EINVAL;
+    if (off < 0)
+        return -EINVAL;
+    if (len == 0)
+        return 0;
+    if (ring_ok(deadline)) {
+        /* Truly asynchronous file I/O: the fiber waits, the loop runs. */
+        weft__opdesc d = {.op = write ? WEFT__OP_WRITE : WEFT__OP_READ,
+                          .fd = fd, .buf = buf, .len = len, .off = off};
+        for (;;) {
+            ssize_t n = ring_op(&d, deadline);
+            if (n != -EINTR && n != -EAGAIN)
+                return n;
+            if (n == -EAGAIN && (rc = io_wait(fd, write ? WEFT_WRITABLE
+                                                        : WEFT_READABLE,
+                                              deadline)) < 0)
+                return rc;
+        }
+    }
+    for (;;) {
+        ssize_t n = write ? pwrite(fd, buf, len, off) : pread(fd, buf, len, off);
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if ((rc = failed()) < 0)
+            return rc;
+        rc = io_wait(fd, write ? WEFT_WRITABLE : WEFT_READABLE, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+ssize_t weft_pread(int fd, void *buf, size_t len, off_t off, int64_t deadline)
+{
+    return positioned(fd, buf, len, off, deadline, false);
+}
+
+ssize_t weft_pwrite(int fd, const void *buf, size_t len, off_t off,
+                    int64_t deadline)
+{
+    return positioned(fd, (void *)buf, len, off, deadline, true);
 }

@@ -75,6 +75,8 @@ static void fd_unlink(weft__reactor *r, weft__wait *w)
 
 /* ---- waits ------------------------------------------------------------ */
 
+static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
+
 static void wait_timer_fired(weft__timer *t)
 {
     weft__wait *w = (weft__wait *)((char *)t - offsetof(weft__wait, timer));
@@ -95,6 +97,10 @@ void weft__wait_init(weft__wait *w, weft__reactor *r,
     w->timer.fire = wait_timer_fired;
     w->r = r;
     w->active = true;
+    w->nocancel = false;
+    w->op_done = false;
+    w->op = NULL;
+    w->op_res = 0;
     r->nwaits++;
 }
 
@@ -122,15 +128,12 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
         weft__wait_complete(w, (int)events);
         return 0;
     }
-    w->fd = fd;
-    w->events = events;
-    w->gen = st->gen;
-    w->fprev = NULL;
-    w->fnext = st->head;
-    if (st->head)
-        st->head->fprev = w;
-    st->head = w;
-    r->nfd_waits++;
+    if (weft__reactor_has_ops(r)) {
+        /* Completion backends wait for readiness with a poll op. */
+        weft__opdesc d = {.op = WEFT__OP_POLL, .fd = fd, .events = events};
+        return weft__wait_arm_op(w, &d);
+    }
+    fd_link(r, w, fd, events);
     int rc = r->ops->fd_update(r, fd);
     if (rc < 0) {
         fd_unlink(r, w);
@@ -146,6 +149,48 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
     return 0;
 }
 
+static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events)
+{
+    weft__fdstate *st = &r->fds[fd];
+    w->fd = fd;
+    w->events = events;
+    w->gen = st->gen;
+    w->fprev = NULL;
+    w->fnext = st->head;
+    if (st->head)
+        st->head->fprev = w;
+    st->head = w;
+    r->nfd_waits++;
+}
+
+int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
+{
+    if (!w->active)
+        return 0;
+    weft__reactor *r = w->r;
+    if (!r->ops->op_submit)
+        return -EOPNOTSUPP;
+    if (d->fd >= 0 && !weft__fd(r, d->fd))
+        return -ENOMEM;
+    int rc = r->ops->op_submit(r, w, d);
+    if (rc < 0)
+        return rc;
+    /* Linked to its descriptor (for polls with their events, so nothing
+     * else matches) so that closing the descriptor ends the wait. */
+    if (d->fd >= 0)
+        fd_link(r, w, d->fd, d->op == WEFT__OP_POLL ? d->events : 0);
+    return 0;
+}
+
+void weft__wait_move_op(weft__wait *from, weft__wait *to)
+{
+    weft__oprec *rec = from->op;
+    from->op = NULL;
+    to->op = rec;
+    if (rec)
+        rec->wait = to;
+}
+
 void weft__wait_complete(weft__wait *w, int result)
 {
     if (!w->active)
@@ -156,6 +201,8 @@ void weft__wait_complete(weft__wait *w, int result)
         weft__heap_remove(&r->timers, &w->timer);
     if (w->fd >= 0)
         fd_unlink(r, w);
+    if (w->op)
+        r->ops->op_cancel(r, w);
     r->nwaits--;
     w->result = result;
     w->wake(w);
@@ -212,9 +259,16 @@ int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg)
     weft__post *p = malloc(sizeof *p);
     if (!p)
         return -ENOMEM;
-    p->next = NULL;
     p->fn = fn;
     p->arg = arg;
+    p->embedded = false;
+    weft__reactor_post_node(r, p);
+    return 0;
+}
+
+void weft__reactor_post_node(weft__reactor *r, weft__post *p)
+{
+    p->next = NULL;
     pthread_mutex_lock(&r->post_lock);
     if (r->post_tail)
         r->post_tail->next = p;
@@ -229,7 +283,6 @@ int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg)
         while (write(r->wakefd, &one, sizeof one) < 0 && errno == EINTR)
             ;
     }
-    return 0;
 }
 
 void weft__reactor_drain_posts(weft__reactor *r)
@@ -245,22 +298,37 @@ void weft__reactor_drain_posts(weft__reactor *r)
     r->post_head = r->post_tail = NULL;
     pthread_mutex_unlock(&r->post_lock);
     while (p) {
+        /* An embedded node may be freed by its own callback: read it all
+         * first. */
         weft__post *next = p->next;
-        p->fn(p->arg);
-        free(p);
+        bool embedded = p->embedded;
         atomic_fetch_sub(&r->posted, 1);
+        p->fn(p->arg);
+        if (!embedded)
+            free(p);
         p = next;
     }
 }
 
 /* ---- life cycle and loop ----------------------------------------------- */
 
+static const weft__backend_ops *best_backend(void)
+{
+#ifdef WEFT_HAVE_URING
+    return &weft__backend_uring;
+#else
+    return &weft__backend_epoll;
+#endif
+}
+
 static const weft__backend_ops *pick_backend(weft_backend_t which, int *err)
 {
     *err = 0;
     if (which == WEFT_BACKEND_DEFAULT) {
         const char *env = getenv("WEFT_BACKEND");
-        if (!env || !*env || !strcmp(env, "epoll") || !strcmp(env, "io_uring"))
+        if (!env || !*env || !strcmp(env, "io_uring"))
+            return best_backend();
+        if (!strcmp(env, "epoll"))
             return &weft__backend_epoll;
         if (!strcmp(env, "poll"))
             return &weft__backend_poll;
@@ -268,9 +336,9 @@ static const weft__backend_ops *pick_backend(weft_backend_t which, int *err)
         return NULL;
     }
     switch (which) {
+    case WEFT_BACKEND_IO_URING:
+        return best_backend();
     case WEFT_BACKEND_EPOLL:
-    case WEFT_BACKEND_IO_URING: /* not built yet: the same fallback as when
-                                   io_uring is denied */
         return &weft__backend_epoll;
     case WEFT_BACKEND_POLL:
         return &weft__backend_poll;
@@ -293,6 +361,13 @@ int weft__reactor_init(weft__reactor *r, weft_backend_t which)
         return -errno;
     pthread_mutex_init(&r->post_lock, NULL);
     int rc = r->ops->init(r);
+    if (rc < 0 && r->ops != &weft__backend_epoll &&
+        r->ops != &weft__backend_poll) {
+        /* io_uring denied (seccomp, container: EPERM/ENOSYS), too old, or
+         * out of locked memory: the same program runs on epoll. */
+        r->ops = &weft__backend_epoll;
+        rc = r->ops->init(r);
+    }
     if (rc < 0) {
         close(r->wakefd);
         pthread_mutex_destroy(&r->post_lock);
@@ -306,7 +381,8 @@ void weft__reactor_fini(weft__reactor *r)
     weft__post *p = r->post_head;
     while (p) {
         weft__post *next = p->next;
-        free(p);
+        if (!p->embedded)
+            free(p);
         p = next;
     }
     r->post_head = r->post_tail = NULL;
@@ -344,4 +420,16 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         }
     }
     return rc;
+}
+
+void weft__reactor_abandon(weft__reactor *r)
+{
+    /* In a forked child: the descriptors are copies of the parent's, and
+     * closing them (or unmapping the ring) leaves the parent's untouched.
+     * Memory is left as it is: it may be shared with nothing, but the
+     * child must not walk structures whose kernel side it does not own. */
+    if (r->ops->fini)
+        r->ops->fini(r);
+    close(r->wakefd);
+    r->wakefd = -1;
 }

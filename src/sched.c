@@ -148,6 +148,8 @@ int weft__block(weft__wait *w)
 {
     weft_sched_t *s = tls_sched;
     weft__fiber *f = s->current;
+    if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
+        weft__scope_clamp(w, f->scope_deadline);
     if (w->active) {
         f->wait = w;
         f->state = WEFT__F_BLOCKED;
@@ -166,6 +168,9 @@ static inline int precheck(weft_sched_t *s, int64_t deadline)
         return -EINVAL;
     if (s->current->cancelled)
         return -ECANCELED;
+    if (WEFT_UNLIKELY(s->current->scope_deadline != 0) &&
+        s->current->scope_deadline <= weft_now())
+        return -ETIMEDOUT; /* the timeout scope has expired */
     return 0;
 }
 
@@ -429,6 +434,9 @@ int weft_sleep_until(int64_t deadline)
     if (rc < 0)
         return rc;
     rc = wait_deadline(deadline, false);
+    /* A timeout scope may cut the sleep short: that is -ETIMEDOUT. */
+    if (rc == -ETIMEDOUT && (deadline == WEFT_FOREVER || weft_now() < deadline))
+        return rc;
     return rc == -ETIMEDOUT ? 0 : rc;
 }
 
@@ -506,7 +514,7 @@ int weft_cancel(weft_fiber_t h)
     if (!f)
         return 0; /* finished */
     f->cancelled = 1;
-    if (f->state == WEFT__F_BLOCKED && f->wait)
+    if (f->state == WEFT__F_BLOCKED && f->wait && !f->wait->nocancel)
         weft__wait_complete(f->wait, -ECANCELED);
     return 0;
 }
@@ -577,8 +585,24 @@ int weft_detach(weft_fiber_t h)
 
 /* ---- scheduler ---------------------------------------------------------- */
 
+/* After fork() the child must not touch the parent's ring, epoll set or
+ * eventfd: it starts with no scheduler (see weft_sched_create). */
+static void atfork_child(void)
+{
+    weft_sched_t *s = tls_sched;
+    if (!s)
+        return;
+    weft__reactor_abandon(&s->r);
+    weft__overflow_remove(s);
+    tls_sched = NULL;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
+
 int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
 {
+    pthread_once(&atfork_once, atfork_register);
     if (!out)
         return -EINVAL;
     if (tls_sched)
@@ -660,7 +684,9 @@ int weft_sched_run(weft_sched_t *s)
             do_switch(s, &s->main, rq_pop(s));
             continue;
         }
-        if (s->live == 0)
+        /* Ops abandoned to the kernel (cancelled polls) complete soon:
+         * collect them so nothing is left in flight. */
+        if (s->live == 0 && s->r.ops_inflight == 0)
             break;
         s->tick = 0;
         rc = weft__reactor_run_once(&s->r, true);
@@ -713,6 +739,7 @@ int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
     st->posted = atomic_load(&((weft_sched_t *)s)->r.posted);
     st->stacks_cached = s->stacks.n;
     st->stacks_unguarded = s->stacks.unguarded;
+    st->ops = s->r.ops_inflight;
     st->switches = s->switches;
     st->spawned = s->spawned;
     return 0;

@@ -93,6 +93,7 @@ static inline void h_check_idle(void)
     CHECK_EQ(st.waits, 0);
     CHECK_EQ(st.fd_waits, 0);
     CHECK_EQ(st.posted, 0);
+    CHECK_EQ(st.ops, 0);
 }
 
 static inline int h_end(void)

@@ -8,7 +8,7 @@
 # WEFT_TEST_TIMEOUT: seconds per test (default 120).
 set -u
 bindir=$1; label=$2; shift 2
-backends=("$@"); [ ${#backends[@]} -eq 0 ] && backends=(epoll poll)
+backends=("$@"); [ ${#backends[@]} -eq 0 ] && backends=(io_uring epoll poll)
 filter=${WEFT_TEST_FILTER:-.}
 runner=${WEFT_TEST_RUNNER:-}
 tmo=${WEFT_TEST_TIMEOUT:-120}

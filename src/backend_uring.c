@@ -1,0 +1,433 @@
+/*
+ * backend_uring.c — io_uring backend (liburing).
+ *
+ * Operations are completions, not readiness: a fiber's read becomes an
+ * IORING_OP_RECV/READ whose CQE carries the bytes, so a request/response
+ * round costs no system call of its own. Submissions accumulate in the SQ
+ * while fibers run and go to the kernel in one io_uring_enter per loop
+ * iteration, which also waits for completions; completions already in the
+ * CQ are reaped without a system call.
+ *
+ * Every in-flight operation owns a pooled record (struct uop). The kernel
+ * gets pointers only to the record and to the caller's buffers, and a
+ * caller whose wait ends early (deadline, cancel, close) waits for the
+ * operation's CQE before returning (see io.c), so the kernel never writes
+ * into memory that may be gone. Poll operations have no buffer: when their
+ * wait ends early the record is abandoned to the kernel (cancelled, freed
+ * when its CQE arrives).
+ *
+ * Cross-thread wake-ups: a multishot poll on the reactor's eventfd.
+ */
+#include "internal.h"
+
+#ifdef WEFT_HAVE_URING
+
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifdef WEFT_VALGRIND
+#include <valgrind/memcheck.h>
+#endif
+
+#define WAKE_UD ((uint64_t)1)
+#define IGNORE_UD ((uint64_t)0)
+#define REAP_BATCH 256
+#define DEFAULT_ENTRIES 1024
+
+typedef struct uop {
+    weft__oprec h;           /* must be first                           */
+    struct uop *next;        /* free list / all-records list            */
+    struct uop *all_next;
+    uint8_t op;
+    struct msghdr msg;
+    void *vg_buf;            /* buffer the kernel writes (Valgrind)     */
+    size_t vg_len;
+} uop;
+
+typedef struct ustate {
+    struct io_uring ring;
+    uop *free;
+    uop *all;                /* every record ever allocated            */
+    bool wake_armed;
+    bool have_ext_arg;
+} ustate;
+
+static ustate *S(weft__reactor *r) { return r->bstate; }
+
+static struct io_uring_sqe *get_sqe(ustate *st)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
+    if (WEFT_UNLIKELY(!sqe)) {
+        /* SQ full: hand what is queued to the kernel and try again. */
+        io_uring_submit(&st->ring);
+        sqe = io_uring_get_sqe(&st->ring);
+    }
+    return sqe;
+}
+
+static int arm_wake(weft__reactor *r)
+{
+    ustate *st = S(r);
+    struct io_uring_sqe *sqe = get_sqe(st);
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_poll_multishot(sqe, r->wakefd, POLLIN);
+    io_uring_sqe_set_data64(sqe, WAKE_UD);
+    st->wake_armed = true;
+    return 0;
+}
+
+static unsigned ring_entries(void)
+{
+    const char *e = getenv("WEFT_URING_ENTRIES"); /* tests use tiny rings */
+    if (e && *e) {
+        long v = strtol(e, NULL, 10);
+        if (v >= 1 && v <= 32768)
+            return (unsigned)v;
+    }
+    return DEFAULT_ENTRIES;
+}
+
+static bool probe_ops(struct io_uring *ring)
+{
+    struct io_uring_probe *p = io_uring_get_probe_ring(ring);
+    if (!p)
+        return false;
+    static const int need[] = {
+        IORING_OP_READ, IORING_OP_WRITE, IORING_OP_READV, IORING_OP_WRITEV,
+        IORING_OP_RECV, IORING_OP_SEND, IORING_OP_RECVMSG, IORING_OP_SENDMSG,
+        IORING_OP_ACCEPT, IORING_OP_CONNECT, IORING_OP_POLL_ADD,
+        IORING_OP_ASYNC_CANCEL, IORING_OP_CLOSE,
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (!io_uring_opcode_supported(p, need[i]))
+            ok = false;
+    io_uring_free_probe(p);
+    return ok;
+}
+
+static int ur_init(weft__reactor *r)
+{
+    ustate *st = calloc(1, sizeof *st);
+    if (!st)
+        return -ENOMEM;
+    unsigned entries = ring_entries();
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    /* One thread submits; completions run when that thread enters. */
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
+    int rc = io_uring_queue_init_params(entries, &st->ring, &p);
+    if (rc == -EINVAL) {
+        memset(&p, 0, sizeof p);
+        rc = io_uring_queue_init_params(entries, &st->ring, &p);
+    }
+    if (rc < 0) {
+        free(st);
+        return rc;
+    }
+    /* Needed: CQEs never dropped on overflow, and waits with a timeout
+     * that do not consume an SQE. */
+    if (!(p.features & IORING_FEAT_NODROP) || !(p.features & IORING_FEAT_EXT_ARG) ||
+        !probe_ops(&st->ring)) {
+        io_uring_queue_exit(&st->ring);
+        free(st);
+        return -ENOSYS;
+    }
+    st->have_ext_arg = true;
+    r->bstate = st;
+    rc = arm_wake(r);
+    if (rc < 0) {
+        io_uring_queue_exit(&st->ring);
+        free(st);
+        r->bstate = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+static void ur_fini(weft__reactor *r)
+{
+    ustate *st = S(r);
+    if (!st)
+        return;
+    io_uring_queue_exit(&st->ring);
+    uop *u = st->all;
+    while (u) {
+        uop *next = u->all_next;
+        free(u);
+        u = next;
+    }
+    free(st);
+    r->bstate = NULL;
+}
+
+static int ur_fd_update(weft__reactor *r, int fd)
+{
+    (void)r;
+    (void)fd;
+    return 0; /* readiness waits are poll ops, armed per wait */
+}
+
+static void ur_fd_forget(weft__reactor *r, int fd)
+{
+    (void)r;
+    (void)fd; /* the waits on it were completed, cancelling their ops */
+}
+
+static uop *uop_get(ustate *st)
+{
+    uop *u = st->free;
+    if (u) {
+        st->free = u->next;
+        return u;
+    }
+    u = calloc(1, sizeof *u);
+    if (u) {
+        u->all_next = st->all;
+        st->all = u;
+    }
+    return u;
+}
+
+static void uop_put(ustate *st, uop *u)
+{
+    u->h.wait = NULL;
+    u->next = st->free;
+    st->free = u;
+}
+
+static unsigned poll_mask(uint32_t ev)
+{
+    unsigned m = 0;
+    if (ev & WEFT_READABLE)
+        m |= POLLIN | POLLRDHUP;
+    if (ev & WEFT_PRIORITY)
+        m |= POLLPRI;
+    if (ev & WEFT_WRITABLE)
+        m |= POLLOUT;
+    return m;
+}
+
+static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
+{
+    ustate *st = S(r);
+    uop *u = uop_get(st);
+    if (!u)
+        return -ENOMEM;
+    struct io_uring_sqe *sqe = get_sqe(st);
+    if (!sqe) {
+        uop_put(st, u);
+        return -EBUSY;
+    }
+    u->op = (uint8_t)d->op;
+    u->vg_buf = NULL;
+    u->vg_len = 0;
+    uint64_t off = d->off < 0 ? (uint64_t)-1 : (uint64_t)d->off;
+    switch (d->op) {
+    case WEFT__OP_READ:
+        io_uring_prep_read(sqe, d->fd, d->buf, (unsigned)d->len, off);
+        u->vg_buf = d->buf;
+        u->vg_len = d->len;
+        break;
+    case WEFT__OP_WRITE:
+        io_uring_prep_write(sqe, d->fd, d->buf, (unsigned)d->len, off);
+        break;
+    case WEFT__OP_READV:
+        io_uring_prep_readv(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
+        break;
+    case WEFT__OP_WRITEV:
+        io_uring_prep_writev(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
+        break;
+    case WEFT__OP_RECV:
+        io_uring_prep_recv(sqe, d->fd, d->buf, d->len, d->flags);
+        u->vg_buf = d->buf;
+        u->vg_len = d->len;
+        break;
+    case WEFT__OP_SEND:
+        io_uring_prep_send(sqe, d->fd, d->buf, d->len, d->flags | MSG_NOSIGNAL);
+        break;
+    case WEFT__OP_RECVMSG:
+    case WEFT__OP_SENDMSG:
+        memset(&u->msg, 0, sizeof u->msg);
+        u->msg.msg_iov = (struct iovec *)d->iov;
+        u->msg.msg_iovlen = (size_t)d->iovcnt;
+        if (d->op == WEFT__OP_RECVMSG)
+            io_uring_prep_recvmsg(sqe, d->fd, &u->msg, (unsigned)d->flags);
+        else
+            io_uring_prep_sendmsg(sqe, d->fd, &u->msg,
+                                  (unsigned)d->flags | MSG_NOSIGNAL);
+        break;
+    case WEFT__OP_ACCEPT:
+        io_uring_prep_accept(sqe, d->fd, d->addr, d->addrlen,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+        break;
+    case WEFT__OP_CONNECT:
+        io_uring_prep_connect(sqe, d->fd, d->addr, d->alen);
+        break;
+    case WEFT__OP_POLL:
+        io_uring_prep_poll_add(sqe, d->fd, poll_mask(d->events));
+        break;
+    case WEFT__OP_CLOSE:
+        io_uring_prep_close(sqe, d->fd);
+        break;
+    default:
+        /* Not queued: give the SQE back as a no-op nobody waits for. */
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data64(sqe, IGNORE_UD);
+        uop_put(st, u);
+        return -EINVAL;
+    }
+    io_uring_sqe_set_data(sqe, u);
+    u->h.wait = w;
+    w->op = u;
+    r->ops_inflight++;
+    return 0;
+}
+
+static void ur_op_cancel(weft__reactor *r, weft__wait *w)
+{
+    ustate *st = S(r);
+    uop *u = w->op;
+    struct io_uring_sqe *sqe = get_sqe(st);
+    if (sqe) {
+        io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)u, 0);
+        io_uring_sqe_set_data64(sqe, IGNORE_UD);
+    }
+    if (u->op == WEFT__OP_POLL) {
+        /* Nothing of the waiter's is in the kernel's hands: let go. */
+        u->h.wait = NULL;
+        w->op = NULL;
+    }
+}
+
+static int poll_result(const weft__wait *w, int res)
+{
+    if (res < 0)
+        return res;
+    uint32_t avail = 0, problems = 0;
+    if (res & (POLLIN | POLLRDHUP))
+        avail |= WEFT_READABLE;
+    if (res & POLLPRI)
+        avail |= WEFT_PRIORITY;
+    if (res & POLLOUT)
+        avail |= WEFT_WRITABLE;
+    if (res & (POLLERR | POLLNVAL))
+        problems |= WEFT_ERROR;
+    if (res & POLLHUP)
+        problems |= WEFT_HANGUP;
+    if (problems)
+        avail |= WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE;
+    return (int)((w->events & avail) | problems);
+}
+
+static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
+{
+    ustate *st = S(r);
+    if (ud == IGNORE_UD)
+        return;
+    if (ud == WAKE_UD) {
+        if (!(flags & IORING_CQE_F_MORE))
+            st->wake_armed = false; /* re-armed below, after the drain */
+        weft__reactor_drain_posts(r);
+        if (!st->wake_armed)
+            arm_wake(r);
+        return;
+    }
+    uop *u = (uop *)(uintptr_t)ud;
+    weft__wait *w = u->h.wait;
+#ifdef WEFT_VALGRIND
+    if (res > 0 && u->vg_buf)
+        VALGRIND_MAKE_MEM_DEFINED(u->vg_buf, (size_t)res < u->vg_len ? (size_t)res : u->vg_len);
+#endif
+    int op = u->op;
+    r->ops_inflight--;
+    uop_put(st, u);
+    if (!w)
+        return; /* abandoned */
+    w->op = NULL;
+    w->op_done = true;
+    w->op_res = op == WEFT__OP_POLL ? poll_result(w, res) : res;
+    weft__wait_complete(w, w->op_res);
+}
+
+static void reap(weft__reactor *r)
+{
+    ustate *st = S(r);
+    struct io_uring_cqe *cqes[REAP_BATCH];
+    struct {
+        uint64_t ud;
+        int res;
+        unsigned flags;
+    } batch[REAP_BATCH];
+    for (;;) {
+        unsigned n = io_uring_peek_batch_cqe(&st->ring, cqes, REAP_BATCH);
+        if (n == 0) {
+            /* Completions the CQ had no room for wait in the kernel's
+             * overflow list: flush them in, then reap again. */
+            if (io_uring_cq_has_overflow(&st->ring)) {
+                io_uring_get_events(&st->ring);
+                if (io_uring_cq_ready(&st->ring))
+                    continue;
+            }
+            return;
+        }
+        /* Copy, then release the CQ slots before running any wake-ups:
+         * those may queue new submissions (cancels) or even enter. */
+        for (unsigned i = 0; i < n; i++) {
+            batch[i].ud = cqes[i]->user_data;
+            batch[i].res = cqes[i]->res;
+            batch[i].flags = cqes[i]->flags;
+        }
+        io_uring_cq_advance(&st->ring, n);
+        for (unsigned i = 0; i < n; i++)
+            handle(r, batch[i].ud, batch[i].res, batch[i].flags);
+        if (n < REAP_BATCH && !io_uring_cq_has_overflow(&st->ring))
+            return;
+    }
+}
+
+static int ur_poll(weft__reactor *r, int64_t timeout_ns)
+{
+    ustate *st = S(r);
+    struct io_uring *ring = &st->ring;
+    int rc = 0;
+    if (timeout_ns == 0 || io_uring_cq_ready(ring)) {
+        if (io_uring_sq_ready(ring))
+            rc = io_uring_submit(ring);
+        else if (io_uring_cq_has_overflow(ring))
+            io_uring_get_events(ring);
+    } else {
+        struct io_uring_cqe *cqe;
+        struct __kernel_timespec ts, *tp = NULL;
+        if (timeout_ns > 0) {
+            ts.tv_sec = timeout_ns / 1000000000;
+            ts.tv_nsec = timeout_ns % 1000000000;
+            tp = &ts;
+        }
+        rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, tp, NULL);
+    }
+    if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN &&
+        rc != -EBUSY)
+        return rc;
+    reap(r);
+    return 0;
+}
+
+const weft__backend_ops weft__backend_uring = {
+    .name = "io_uring",
+    .init = ur_init,
+    .fini = ur_fini,
+    .fd_update = ur_fd_update,
+    .fd_forget = ur_fd_forget,
+    .poll = ur_poll,
+    .op_submit = ur_op_submit,
+    .op_cancel = ur_op_cancel,
+};
+
+#endif /* WEFT_HAVE_URING */
