@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# http.sh — HTTP hello world, keep-alive, loaded by wrk on loopback:
+# examples/http_server against nginx (1 worker per thread), a libuv server,
+# Go net/http (GOMAXPROCS = threads) and a raw C epoll server with no
+# fibers (the floor). 1 and 2 server threads, 100 and 1000 connections.
+#
+# Every server gets the same wrk command (wrk -t2 -cC -dS --latency), runs
+# are interleaved server by server, each under the benchmark lock, and
+# every server is stopped at the end (also on failure).
+# WEFT_BENCH_REPS (default 5) runs of WEFT_HTTP_SECS (default 3) seconds;
+# WEFT_HTTP_THREADS (default "1 2"), WEFT_HTTP_CONNS (default "100 1000"),
+# WEFT_HTTP_SERVERS (default "weft nginx libuv go raw").
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+. "$here/../lib.sh"
+reps=${WEFT_BENCH_REPS:-5}
+secs=${WEFT_HTTP_SECS:-3}
+threads_list=${WEFT_HTTP_THREADS:-"1 2"}
+conns_list=${WEFT_HTTP_CONNS:-"100 1000"}
+servers=${WEFT_HTTP_SERVERS:-"weft nginx libuv go raw"}
+G=http
+bin=$root/build/bench/peers
+tmp=$(mktemp -d /tmp/weft-bench-http.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for c in wrk nginx go cc; do
+  command -v $c >/dev/null || { echo "http.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
+done
+[ -x "$root/build/examples/http_server" ] || { echo "http.sh: build/examples/http_server missing (make)" >&2; exit 1; }
+
+# Peers: built here, optimised like the library (-O2).
+mkdir -p "$bin"
+cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/raw_epoll.c" -o "$bin/raw_epoll" -lpthread
+cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/uv_http.c" -o "$bin/uv_http" -luv -lpthread
+(cd "$root/bench/peers" && GOCACHE="$root/build/bench/gocache" GO111MODULE=off GOPATH="$tmp/gopath" \
+   go build -o "$bin/go_http" go_http.go)
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Below the ephemeral range (32768+), so no client socket holds the port.
+pick_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 12000)); port_free $p && { echo $p; return; }; done; return 1; }
+wait_port() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
+
+declare -A port label
+start_servers() { # THREADS
+  local t=$1 s
+  for s in $servers; do
+    port[$s]=$(pick_port)
+    case $s in
+      weft)  "$root/build/examples/http_server" --port "${port[$s]}" --threads "$t" --quiet >/dev/null &
+             label[$s]="weft http_server" ;;
+      raw)   "$bin/raw_epoll" --port "${port[$s]}" --threads "$t" >/dev/null &
+             label[$s]="raw C epoll (floor)" ;;
+      libuv) "$bin/uv_http" --port "${port[$s]}" --threads "$t" >/dev/null &
+             label[$s]="libuv $(dpkg-query -W -f='${Version}' libuv1-dev 2>/dev/null | cut -d- -f1)" ;;
+      go)    GOMAXPROCS=$t "$bin/go_http" -port "${port[$s]}" >/dev/null &
+             label[$s]="Go $(go env GOVERSION 2>/dev/null | sed 's/^go//') net/http" ;;
+      nginx) mkdir -p "$tmp/nginx$t"
+             sed -e "s|@WORKERS@|$t|; s|@DIR@|$tmp/nginx$t|g; s|@PORT@|${port[$s]}|" \
+               "$root/bench/peers/nginx.conf.in" > "$tmp/nginx$t/nginx.conf"
+             nginx -p "$tmp/nginx$t" -c "$tmp/nginx$t/nginx.conf" -e "$tmp/nginx$t/error.log" &
+             label[$s]="nginx $(nginx -v 2>&1 | sed 's|.*/||')" ;;
+    esac
+    pids+=($!)
+    wait_port "${port[$s]}" || { echo "http.sh: $s did not start" >&2; exit 1; }
+  done
+}
+stop_servers() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+# One wrk run: prints requests/s; socket errors and non-2xx go to $tmp/errors.
+wrk_run() { # SERVER CONNS SECS
+  local out
+  out=$(bench_locked timeout $(($3 + 60)) wrk -t2 -c"$2" -d"$3"s "http://127.0.0.1:${port[$1]}/") || {
+    echo "http.sh: wrk failed against $1" >&2; echo 0; return; }
+  local errs
+  errs=$(echo "$out" | sed -n 's/.*Socket errors: //p; s/.*Non-2xx or 3xx responses: /non-2xx /p')
+  [ -n "$errs" ] && echo "$1 c$2: $errs" >> "$tmp/errors"
+  echo "$out" | awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }'
+}
+
+echo
+echo "== http: keep-alive hello world, wrk -t2 -c{$conns_list} -d${secs}s, $reps runs each, runs interleaved"
+echo "   command: WEFT_BENCH_REPS=$reps WEFT_HTTP_SECS=$secs bash bench/parts/http.sh (part of make bench)"
+declare -A runs
+for t in $threads_list; do
+  start_servers "$t"
+  for s in $servers; do for c in $conns_list; do wrk_run "$s" "$c" 1 >/dev/null; done; done # warm-up
+  for ((r = 0; r < reps; r++)); do
+    for c in $conns_list; do
+      for s in $servers; do
+        runs[$s,$t,$c]+="$(wrk_run "$s" "$c" "$secs") "
+      done
+    done
+  done
+  stop_servers
+done
+
+declare -A target=([nginx]=1.3 [libuv]=1.2 [go]=2 [raw]=0.95)
+bench_header "http: requests/s, higher is better; ratio = weft / peer"
+for t in $threads_list; do
+  for c in $conns_list; do
+    for s in $servers; do
+      [ "$s" = weft ] && continue
+      note=""
+      [ "$t" = 1 ] && [ -n "${target[$s]:-}" ] && note="target on 1 thread: >= ${target[$s]}x"
+      bench_report $G "hello_${t}thr_${c}conn" req/s higher "${runs[weft,$t,$c]}" \
+        "${label[$s]}" "${runs[$s,$t,$c]}" "$note"
+    done
+  done
+done
+if [ -s "$tmp/errors" ]; then
+  echo "   wrk reported errors:"; sed 's/^/     /' "$tmp/errors"
+else
+  echo "   wrk reported no socket errors and no non-2xx responses"
+fi
