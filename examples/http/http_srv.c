@@ -50,6 +50,10 @@ struct http_srv {
     http_srv_stats st;
     time_t date_at;
     char date[40]; /* "Date: ...\r\n" */
+    /* The whole "GET /" response, rebuilt when the date changes, for each
+     * Connection header variant (none, keep-alive, close). */
+    char hello[3][256];
+    size_t hello_len[3];
 };
 
 struct conn {
@@ -89,6 +93,9 @@ static int flush(conn *c)
     return rc;
 }
 
+static const char *const CONN_HDR[3] = {"", "Connection: keep-alive\r\n",
+                                        "Connection: close\r\n"};
+
 static const char *date_line(http_srv *s)
 {
     time_t t = time(NULL);
@@ -98,8 +105,22 @@ static const char *date_line(http_srv *s)
         strftime(s->date, sizeof s->date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n",
                  &tm);
         s->date_at = t;
+        for (int i = 0; i < 3; i++) {
+            int n = snprintf(s->hello[i], sizeof s->hello[i],
+                             "HTTP/1.1 200 OK\r\nServer: weft\r\n%s"
+                             "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
+                             "%s\r\n%s",
+                             s->date, sizeof HELLO - 1, CONN_HDR[i], HELLO);
+            s->hello_len[i] = n > 0 ? (size_t)n : 0;
+        }
     }
     return s->date;
+}
+
+/* Which Connection header a response needs: 0 none, 1 keep-alive, 2 close. */
+static int conn_variant(int keep, int minor)
+{
+    return !keep ? 2 : minor == 0 ? 1 : 0;
 }
 
 static void count_status(http_srv *s, int status)
@@ -118,8 +139,7 @@ static void put_head(conn *c, int status, const char *type, uint64_t length,
                      int keep, int minor, const char *extra)
 {
     http_srv *s = c->srv;
-    const char *conn_hdr = !keep ? "Connection: close\r\n"
-                           : minor == 0 ? "Connection: keep-alive\r\n" : "";
+    const char *conn_hdr = CONN_HDR[conn_variant(keep, minor)];
     int n = snprintf(c->out + c->outlen, OUT_CAP - c->outlen,
                      "HTTP/1.1 %d %s\r\nServer: weft\r\n%sContent-Type: %s\r\n"
                      "Content-Length: %llu\r\n%s%s\r\n",
@@ -400,10 +420,14 @@ static void *conn_main(void *arg)
                 goto out;
             }
             if (req.target_len == 1 && req.target[0] == '/') {
-                put_head(c, 200, "text/plain", sizeof HELLO - 1, keep,
-                         req.version_minor, NULL);
-                if (req.method == HTTP_M_GET)
-                    put_body(c, HELLO, sizeof HELLO - 1);
+                /* The hot path: a prebuilt response, one memcpy. */
+                date_line(s);
+                int v = conn_variant(keep, req.version_minor);
+                size_t len = s->hello_len[v];
+                if (req.method == HTTP_M_HEAD)
+                    len -= sizeof HELLO - 1;
+                put_body(c, s->hello[v], len);
+                count_status(s, 200);
             } else {
                 ok = serve_file(c, &req, keep);
             }
@@ -418,8 +442,12 @@ static void *conn_main(void *arg)
                 if (discard_body(c, req.content_length - avail) < 0)
                     goto out;
             }
-            if (!keep)
+            if (!keep) {
+                /* Unread pipelined input would turn our close into a
+                 * reset that can destroy the response: linger. */
+                lingering = off < c->inlen;
                 goto out;
+            }
             if (c->outlen > OUT_FLUSH_AT && flush(c) < 0)
                 goto out;
         }
