@@ -26,26 +26,25 @@ int weft_mutex_init(weft_mutex_t *m)
     return 0;
 }
 
-/* Lock without prechecks, cancellation or scope: used to re-acquire the
- * mutex in weft_cond_wait(), which must return holding it. */
+/* Lock without prechecks: re-acquires the mutex in weft_cond_wait(), which
+ * must return holding it, so the wait is neither cancellable nor bounded by
+ * a timeout scope (nocancel). */
 static void mutex_lock_always(weft_mutex_t *m, weft__fiber *self)
 {
-    if (!m->owner) {
-        m->owner = self;
-        return;
-    }
-    int64_t scope = self->scope_deadline;
-    self->scope_deadline = 0;
-    for (;;) {
-        weft__wq_node n;
-        if (wq_block(&m->q, &n, WEFT_FOREVER) == 0)
-            break; /* handed over */
-        if (!m->owner) { /* woken by destroy or cancel while free */
+    weft_sched_t *s = weft__sched_tls();
+    while (m->owner != self) {
+        if (!m->owner) { /* free, or freed by destroy while we waited */
             m->owner = self;
             break;
         }
+        weft__wq_node n;
+        weft__wait_init(&n.w, &s->r, weft__fiber_wake, self);
+        n.w.nocancel = true;
+        wq_push(&m->q, &n);
+        (void)weft__block(&n.w); /* 0: handed over, -EIDRM: destroyed */
+        if (n.linked)
+            wq_unlink(&m->q, &n);
     }
-    self->scope_deadline = scope;
 }
 
 int weft_mutex_lock(weft_mutex_t *m, int64_t deadline)

@@ -1,0 +1,151 @@
+/* Timeout scopes: every blocking call inside returns -ETIMEDOUT once the
+ * scope's deadline passes; a waiting call is woken; scopes nest and an
+ * inner one cannot extend the outer; the previous scope comes back. */
+#include "harness.h"
+
+#define MS 1000000LL
+
+static int pipefd[2];
+
+static int body_read(void *arg)
+{
+    (void)arg;
+    char c;
+    /* nothing is ever written: only the scope can end this */
+    return (int)weft_read(pipefd[0], &c, 1, WEFT_FOREVER);
+}
+
+static int body_sleep(void *arg)
+{
+    (void)arg;
+    return weft_sleep(1000 * MS);
+}
+
+static weft_mutex_t mu = WEFT_MUTEX_INIT;
+static int body_lock(void *arg)
+{
+    (void)arg;
+    return weft_mutex_lock(&mu, WEFT_FOREVER);
+}
+
+static int release_holder;
+static void *holder(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weft_mutex_lock(&mu, WEFT_FOREVER), 0);
+    while (!release_holder)
+        CHECK_EQ(weft_sleep(MS), 0);
+    CHECK_EQ(weft_mutex_unlock(&mu), 0);
+    return NULL;
+}
+
+static int body_expired(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weft_sleep(3 * MS), -ETIMEDOUT);
+    /* once expired, even calls that need not wait fail */
+    CHECK_EQ(weft_yield(), -ETIMEDOUT);
+    CHECK_EQ(weft_write(pipefd[1], "x", 1, WEFT_FOREVER), -ETIMEDOUT);
+    CHECK_EQ(weft_sleep(0), -ETIMEDOUT);
+    return 7;
+}
+
+static int inner_longer(void *arg)
+{
+    (void)arg;
+    int64_t outer = weft_scope_deadline();
+    /* the inner scope asks for 10 s: the outer 3 ms still applies */
+    int64_t saved;
+    CHECK_EQ(weft_scope_enter(weft_deadline_in(10000 * MS), &saved), 0);
+    CHECK_EQ(weft_scope_deadline(), outer);
+    int rc = weft_sleep(1000 * MS);
+    CHECK_EQ(weft_scope_leave(saved), 0);
+    return rc;
+}
+
+static int inner_shorter_body(void *arg)
+{
+    (void)arg;
+    return weft_sleep(1000 * MS);
+}
+
+static int inner_shorter(void *arg)
+{
+    int *inner_rc = arg;
+    *inner_rc = weft_scope_run(weft_deadline_in(2 * MS), inner_shorter_body,
+                               NULL);
+    /* back in the outer scope, which has not expired */
+    CHECK(weft_scope_deadline() != WEFT_FOREVER);
+    return weft_sleep(1 * MS);
+}
+
+static void *body(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weft_pipe(pipefd), 0);
+    CHECK_EQ(weft_scope_deadline(), WEFT_FOREVER);
+
+    CHECK_EQ(weft_scope_run(weft_deadline_in(3 * MS), body_read, NULL),
+             -ETIMEDOUT);
+    CHECK_EQ(weft_scope_run(weft_deadline_in(3 * MS), body_sleep, NULL),
+             -ETIMEDOUT);
+    CHECK_EQ(weft_scope_deadline(), WEFT_FOREVER); /* restored */
+
+    /* a mutex held by another fiber */
+    weft_fiber_t h;
+    CHECK_EQ(weft_spawn(holder, NULL, NULL, &h), 0);
+    CHECK_EQ(weft_yield(), 0);
+    CHECK_EQ(weft_scope_run(weft_deadline_in(3 * MS), body_lock, NULL),
+             -ETIMEDOUT);
+    CHECK(mu.q.head == NULL); /* the waiter left the queue */
+    release_holder = 1;
+    CHECK_EQ(weft_join(h, NULL, WEFT_FOREVER), 0);
+    /* we hold it: locking again inside a scope is -EDEADLK */
+    CHECK_EQ(weft_mutex_lock(&mu, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_scope_run(weft_deadline_in(3 * MS), body_lock, NULL),
+             -EDEADLK);
+    CHECK_EQ(weft_mutex_unlock(&mu), 0);
+
+    CHECK_EQ(weft_scope_run(weft_deadline_in(1 * MS), body_expired, NULL), 7);
+    CHECK_EQ(weft_scope_run(0, body_expired, NULL), 7); /* past deadline */
+
+    /* nesting */
+    CHECK_EQ(weft_scope_run(weft_deadline_in(3 * MS), inner_longer, NULL),
+             -ETIMEDOUT);
+    int inner_rc = 0;
+    CHECK_EQ(weft_scope_run(weft_deadline_in(10000 * MS), inner_shorter,
+                            &inner_rc), 0);
+    CHECK_EQ(inner_rc, -ETIMEDOUT);
+    /* WEFT_FOREVER adds no bound and keeps the outer one */
+    int64_t saved, saved2;
+    CHECK_EQ(weft_scope_enter(weft_deadline_in(2 * MS), &saved), 0);
+    int64_t d = weft_scope_deadline();
+    CHECK_EQ(weft_scope_enter(WEFT_FOREVER, &saved2), 0);
+    CHECK_EQ(weft_scope_deadline(), d);
+    CHECK_EQ(weft_park(WEFT_FOREVER), -ETIMEDOUT);
+    CHECK_EQ(weft_scope_leave(saved2), 0);
+    CHECK_EQ(weft_scope_leave(saved), 0);
+    CHECK_EQ(weft_scope_deadline(), WEFT_FOREVER);
+
+    /* after the scope, normal deadlines again */
+    CHECK_EQ(weft_sleep(MS), 0);
+    CHECK_EQ(weft_scope_run(WEFT_FOREVER, NULL, NULL), -EINVAL);
+    CHECK_EQ(weft_scope_run(-2, body_sleep, NULL), -EINVAL);
+    CHECK_EQ(weft_close(pipefd[0]), 0);
+    CHECK_EQ(weft_close(pipefd[1]), 0);
+    return NULL;
+}
+
+static int never(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+int main(void)
+{
+    h_begin("scope");
+    CHECK_EQ(weft_scope_run(WEFT_FOREVER, never, NULL), -EPERM);
+    h_run(body, NULL);
+    return h_end();
+}
