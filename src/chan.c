@@ -111,6 +111,8 @@ int weft_chan_create(weft_chan_t **out, size_t elem_size, size_t capacity)
 
 static inline char *slot(weft_chan_t *c, size_t i)
 {
+    if (!c->elem)
+        return NULL; /* zero-size elements: no buffer */
     return c->buf + ((c->head + i) % c->cap) * c->elem;
 }
 
