@@ -680,7 +680,8 @@ int weft_notification_is_set(const weft_notification_t *n);
  * weft_notification_destroy — wake every waiter with -EIDRM and reset @n
  * to unset. Returns 0, -EINVAL, or -EBUSY (nothing done) while a wake-up
  * posted by another thread's weft_notification_set() has not yet run:
- * let the loop run (weft_yield()) and retry.
+ * let the loop poll (e.g. weft_sleep() briefly) and retry. No other thread
+ * may still be about to set @n when it is destroyed.
  */
 int weft_notification_destroy(weft_notification_t *n);
 
@@ -885,7 +886,9 @@ int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline);
  * owner loop: when a promise is set on that thread, callbacks run inline
  * before the set call returns; from another thread, the delivery is posted
  * to the owner loop (no allocation). Callbacks run outside any blocking
- * context: they must not block.
+ * context: they must not block. A posted delivery holds a reference until
+ * the owner loop runs it: keep the loop running until weft_sched_stats()
+ * reports no posted callbacks before destroying it, or those states leak.
  */
 typedef struct weft_promise weft_promise_t;
 typedef struct weft_future weft_future_t;
