@@ -366,7 +366,13 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
 #endif
     size_t fsz = (sizeof(weft__fiber) + 63) & ~(size_t)63;
     weft__fiber *f = (weft__fiber *)(st.base + st.map_size - fsz);
-    memset(f, 0, sizeof *f);
+    /* Zero the (64-byte aligned) block with vector stores: gcc turns a
+     * memset of this size into `rep stos`, whose start-up cost made a
+     * spawn+run+exit 50 instead of 43 ns (bench/core_spawn warm). */
+    typedef uint64_t zero16 __attribute__((vector_size(16)));
+#pragma GCC unroll 16
+    for (size_t i = 0; i < fsz / sizeof(zero16); i++)
+        ((zero16 *)(void *)f)[i] = (zero16){0, 0};
     f->sched = s;
     f->fn = fn;
     f->arg = arg;
