@@ -41,7 +41,7 @@ LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
            $(patsubst src/%.S,$(BUILD)/obj/%.o,$(LIB_ASM))
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
-TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/t_*.c))
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/t_*.c tests/tool_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
             $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/boost_*.cpp))
 
@@ -108,7 +108,7 @@ $(BUILD)/bench/%: bench/%.c src/internal.h include/weft.h $(BUILD)/libweft.a
 
 $(BUILD)/bench/boost_%: bench/boost_%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++14 $(OPT) -g -Wall -Wextra -Werror $< -o $@ -lboost_context
+	$(CXX) -std=c++14 $(OPT) -g -Wall -Wextra -Werror $< -o $@ -lboost_fiber -lboost_context
 
 bench:
 	@bash scripts/deps.sh bench

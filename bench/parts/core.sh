@@ -2,7 +2,9 @@
 # core.sh — the core runtime's benchmarks (issue 2): context switches,
 # spawn + run + exit, memory per parked fiber; Boost.Context is the peer.
 #
-# Programs: build/bench/core_* and boost_* (make benches). Each figure is
+# Programs: build/bench/core_* and boost_* (make benches). The peers are
+# Boost.Context (bare switches, stacks) and, for the scheduler switch,
+# also Boost.Fiber (a scheduler built on Boost.Context). Each figure is
 # measured WEFT_BENCH_REPS times (default 5; the 1,000,000-fiber case 3).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +15,7 @@ big_reps=${WEFT_BENCH_BIG_REPS:-3}
 nswitch=${WEFT_BENCH_SWITCHES:-10000000}
 G=core
 
-for p in core_switch core_spawn core_park boost_switch boost_spawn; do
+for p in core_switch core_spawn core_park boost_switch boost_spawn boost_fiber_yield; do
   [ -x "$bin/$p" ] || { echo "core.sh: $bin/$p missing (make benches)" >&2; exit 1; }
 done
 
@@ -24,12 +26,15 @@ boost=$(bench_runs "$bin/boost_switch" "$nswitch" "$reps")
 raw=$(bench_runs "$bin/core_switch" raw "$nswitch" "$reps")
 sym=$(bench_runs "$bin/core_switch" sym "$nswitch" "$reps")
 yield=$(bench_runs "$bin/core_switch" yield "$nswitch" "$reps")
+bfiber=$(bench_runs "$bin/boost_fiber_yield" "$nswitch" "$reps")
 bench_report $G switch_raw ns/switch lower "$raw" "Boost.Context fiber" "$boost" \
   "weft__ctx_switch between two contexts, each from its own loop"
 bench_report $G switch_raw_same_site ns/switch lower "$sym" "Boost.Context fiber" "$boost" \
   "weft__ctx_switch, both contexts switching from one call site (as in the scheduler)"
 bench_report $G switch_yield ns/switch lower "$yield" "Boost.Context fiber" "$boost" \
   "weft_yield ping-pong of two fibers through the scheduler"
+bench_report $G switch_yield_vs_scheduler ns/switch lower "$yield" "Boost.Fiber yield" "$bfiber" \
+  "the same against a scheduler: boost::this_fiber::yield, round-robin"
 
 w=$(bench_runs "$bin/core_spawn" warm 1000000 "$reps")
 p=$(bench_runs "$bin/boost_spawn" warm 1000000 "$reps")
