@@ -46,7 +46,7 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
             $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/boost_*.cpp))
 
 .PHONY: all lib examples tests test test-fast demo bench benches install clean deps
-all: lib examples tests
+all: lib examples tests ruby
 
 lib: $(BUILD)/libweft.a $(BUILD)/libweft.so
 examples: $(EXAMPLES)
@@ -124,5 +124,30 @@ install: lib
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
+# ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
+# `ruby -I lib -r weft` works from the repository root. Skipped (with a
+# note) when Ruby's headers are not installed (Debian: ruby-dev).
+RUBY       ?= ruby
+RUBY_HDRS  := $(shell $(RUBY) -rrbconfig -e 'print File.exist?(File.join(RbConfig::CONFIG["rubyhdrdir"].to_s, "ruby.h")) ? 1 : 0' 2>/dev/null)
+RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) $(wildcard src/*.c src/*.h src/arch/*) include/weft.h
+.PHONY: ruby test-ruby test-ruby-latest
+ifeq ($(RUBY_HDRS),1)
+ruby: lib/weft/weft.so
+else
+ruby:
+	@echo "weft: Ruby headers missing (apt-get install ruby-dev): Ruby extension not built"
+endif
+lib/weft/weft.so: $(RUBY_EXT_DEPS)
+	@mkdir -p build/ruby
+	cd build/ruby && $(RUBY) $(CURDIR)/ext/weft/extconf.rb >/dev/null && $(MAKE) --no-print-directory -s V=0 >/dev/null
+	cp build/ruby/weft.so $@
+test-ruby: ruby
+	@bash scripts/test.d/ruby.sh
+# Ruby 3.3 from Debian's ruby3.3 source package, built once into a cache
+# outside the repository, then the same suite on it.
+test-ruby-latest:
+	@bash scripts/build-ruby-latest.sh
+	@WEFT_RUBY="$$(bash scripts/build-ruby-latest.sh --print-ruby)" bash scripts/test.d/ruby.sh
+
 clean:
-	rm -rf build
+	rm -rf build lib/weft/weft.so

@@ -739,7 +739,21 @@ static ssize_t positioned(int fd, void *buf, size_t len, off_t off,
         return -EINVAL;
     if (len == 0)
         return 0;
-    if (ring_ok(deadline)) {
+    int kind = fd_kind(fd);
+    if (kind == WEFT__FD_UNKNOWN) {
+        struct stat sb;
+        if (fstat(fd, &sb) < 0)
+            return -errno;
+        if (S_ISSOCK(sb.st_mode))
+            fd_set_kind(fd, kind = WEFT__FD_SOCKET);
+        else if ((rc = learn_not_socket(fd)) < 0)
+            return rc;
+        kind = fd_kind(fd);
+    }
+    /* A ring read "at an offset" of a socket would just wait for data. */
+    if (kind == WEFT__FD_SOCKET)
+        return -ESPIPE;
+    if (kind == WEFT__FD_FILE && ring_ok(deadline)) {
         /* Truly asynchronous file I/O: the fiber waits, the loop runs. */
         weft__opdesc d = {.op = write ? WEFT__OP_WRITE : WEFT__OP_READ,
                           .fd = fd, .buf = buf, .len = len, .off = off};

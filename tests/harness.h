@@ -101,6 +101,13 @@ static inline int h_end(void)
     weft_sched_t *s = weft_sched_self();
     CHECK(s != NULL);
     const char *backend = weft_sched_backend(s);
+    /* tests/run.sh says which backend this run is for: a silent fallback
+     * must not pass as a run on another backend. */
+    const char *expect = getenv("WEFT_EXPECT_BACKEND");
+    if (expect && *expect && strcmp(expect, backend) != 0) {
+        fprintf(stderr, "expected backend %s, ran on %s\n", expect, backend);
+        exit(1);
+    }
     h_check_idle();
     CHECK_EQ(weft_sched_destroy(s), 0);
     CHECK_EQ(h_fd_count(), h_fds_at_start);
