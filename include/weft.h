@@ -887,8 +887,10 @@ int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline);
  * before the set call returns; from another thread, the delivery is posted
  * to the owner loop (no allocation). Callbacks run outside any blocking
  * context: they must not block. A posted delivery holds a reference until
- * the owner loop runs it: keep the loop running until weft_sched_stats()
- * reports no posted callbacks before destroying it, or those states leak.
+ * the owner loop runs it: a future nobody awaits with weft_future_get() may
+ * still have one queued when the last fiber ends; keep the loop running
+ * until weft_sched_stats() reports no posted callbacks before destroying
+ * it, or those states leak.
  */
 typedef struct weft_promise weft_promise_t;
 typedef struct weft_future weft_future_t;
@@ -955,7 +957,9 @@ int weft_future_try_get(const weft_future_t *f, void **value);
  * it settles or @deadline passes. Returns 0 with the value in *@value, the
  * error @f failed with, or -ETIMEDOUT / -ECANCELED (@f stays pending and
  * usable), -EPERM outside a fiber of @f's loop, -EINVAL. To tell a failure
- * of @f apart from a timeout, check weft_future_is_set().
+ * of @f apart from a timeout, check weft_future_is_set(). When @f was set
+ * from another thread, it returns once the delivery has run on this loop
+ * (callbacks included), so nothing of @f is left queued.
  */
 int weft_future_get(weft_future_t *f, void **value, int64_t deadline);
 

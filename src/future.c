@@ -291,10 +291,13 @@ int weft_future_get(weft_future_t *f, void **value, int64_t deadline)
     fstate *st = S(f);
     if (!on_owner(st))
         return -EPERM;
-    if (st_load(st) != F_SET) {
+    /* Wait for the delivery, not just the value: once get() returns, no
+     * posted delivery of @f is left in the loop's queue (a loop that then
+     * exits leaves nothing behind). */
+    if (!st->delivered) {
         weft__wq_node n;
         rc = wq_block(&st->waiters, &n, deadline);
-        if (rc < 0)
+        if (rc < 0 && !(rc == -ETIMEDOUT && st_load(st) == F_SET))
             return rc;
     }
     return weft_future_try_get(f, value);
