@@ -95,11 +95,33 @@ static void *worker(void *unused)
     return NULL;
 }
 
+/* In a child of fork() the workers do not exist: forget them (and a lock
+ * one of them may have held), so the child starts a pool of its own. Jobs
+ * queued by the parent's fibers are the parent's business. */
+static void atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+    pool.lock = fresh;
+    pool.cond = fresh_cond;
+    pool.head = pool.tail = NULL;
+    pool.threads = NULL; /* the array is the parent's: leaked in the child */
+    pool.nthreads = 0;
+    pool.running = pool.stopping = false;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void)
+{
+    (void)pthread_atfork(NULL, NULL, atfork_child);
+}
+
 /* Called with pool.lock held. */
 static int start_locked(unsigned n)
 {
     if (pool.running)
         return -EALREADY;
+    pthread_once(&atfork_once, atfork_register);
     pool.threads = calloc(n, sizeof *pool.threads);
     if (!pool.threads)
         return -ENOMEM;

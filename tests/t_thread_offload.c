@@ -10,7 +10,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MS 1000000LL
 
@@ -178,11 +180,69 @@ static void test_dns(void)
              -EINVAL);
 }
 
+/* A child of fork() gets a pool of its own (the parent's workers do not
+ * exist there). The child is a plain process: it runs its own loop. */
+static void *child_body(void *arg)
+{
+    (void)arg;
+    void *r;
+    if (weft_offload(square_job, (void *)(intptr_t)9, NULL, &r,
+                     weft_deadline_in(10000 * MS)) != 0 || (intptr_t)r != 81)
+        return (void *)1;
+    return NULL;
+}
+
+static void *child_thread_main(void *arg)
+{
+    (void)arg;
+    void *res = (void *)1;
+    if (weft_run(child_body, NULL, &res) != 0)
+        return (void *)1;
+    return res;
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+
+static void test_fork(void)
+{
+#ifdef UNDER_TSAN
+    /* TSan cannot start threads in the child of a multi-threaded fork */
+    printf("fork test skipped under TSan\n");
+    return;
+#endif
+    void *r;
+    CHECK_EQ(weft_offload(square_job, (void *)(intptr_t)3, NULL, &r,
+                          WEFT_FOREVER), 0); /* the pool runs */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* a new thread: this one's scheduler belongs to the parent */
+        pthread_t t;
+        void *res = (void *)1;
+        loop_thread = pthread_self();
+        if (pthread_create(&t, NULL, child_thread_main, NULL) == 0)
+            pthread_join(t, &res);
+        weft_offload_shutdown();
+        _exit(res == NULL ? 0 : 1);
+    }
+    int st;
+    CHECK_EQ(weft_proc_wait(pid, &st, weft_deadline_in(30000 * MS)), 0);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
 static void *body(void *arg)
 {
     (void)arg;
     test_offload();
     test_dns();
+    test_fork();
     return NULL;
 }
 
