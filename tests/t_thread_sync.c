@@ -232,9 +232,71 @@ static void test_other_loop(void)
     CHECK_EQ(rc, 0);
 }
 
+/* ---- a then-chain whose root is set on another thread ---- */
+static pthread_t loop_a;
+static atomic_int steps_on_loop;
+
+static int step_on_loop(void *arg, void *v, void **out)
+{
+    (void)arg;
+    if (pthread_equal(pthread_self(), loop_a))
+        atomic_fetch_add(&steps_on_loop, 1);
+    *out = (void *)((intptr_t)v * 2 + 1);
+    return 0;
+}
+
+static int step_fail(void *arg, void *v, void **out)
+{
+    (void)arg;
+    (void)v;
+    (void)out;
+    return -EPROTO;
+}
+
+static void *chain_setter(void *arg)
+{
+    weft_promise_t **p = arg;
+    CHECK_EQ(weft_promise_set_value(p[0], (void *)(intptr_t)1), 0);
+    CHECK_EQ(weft_promise_set_error(p[1], -ENOLINK), 0);
+    weft_promise_release(p[0]); /* the last handle may drop on this thread */
+    weft_promise_release(p[1]);
+    return NULL;
+}
+
+static void test_chain_from_thread(void)
+{
+    loop_a = pthread_self();
+    weft_promise_t *p[2];
+    weft_future_t *f[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(weft_promise_create(&p[i]), 0);
+        f[i] = weft_promise_future(p[i]);
+        for (int k = 0; k < 3; k++)
+            f[i] = weft_then(f[i], step_on_loop, NULL);
+    }
+    f[0] = weft_then(f[0], step_on_loop, NULL); /* 4 steps: 1 -> 31 */
+    weft_future_t *failing = weft_then(weft_future_ref(f[0]), step_fail, NULL);
+    weft_future_t *all = weft_future_all(f, 2);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, chain_setter, p), 0);
+    void *v;
+    CHECK_EQ(weft_future_get(all, &v, WEFT_FOREVER), -ENOLINK);
+    CHECK_EQ(weft_future_get(f[0], &v, WEFT_FOREVER), 0);
+    CHECK_EQ((intptr_t)v, 31);
+    CHECK_EQ(weft_future_get(f[1], &v, WEFT_FOREVER), -ENOLINK);
+    CHECK_EQ(weft_future_get(failing, &v, WEFT_FOREVER), -EPROTO);
+    pthread_join(t, NULL);
+    CHECK_EQ(atomic_load(&steps_on_loop), 4); /* f[1]'s steps were skipped */
+    weft_future_release(all);
+    weft_future_release(failing);
+    weft_future_release(f[0]);
+    weft_future_release(f[1]);
+}
+
 static void *body(void *arg)
 {
     (void)arg;
+    test_chain_from_thread();
     test_notification_thread();
     test_destroy_in_flight();
     test_other_loop();
