@@ -172,6 +172,17 @@ static void test_dns(void)
     CHECK(res == NULL);
     CHECK_EQ(weft_getaddrinfo("INVALID.", NULL, NULL, &res, WEFT_FOREVER),
              -ENOENT);
+    /* glibc's own "no such name", through the pool and the error mapping,
+     * without touching the network: a numeric-only lookup of a name */
+    struct addrinfo numeric = {0};
+    numeric.ai_flags = AI_NUMERICHOST;
+    CHECK_EQ(weft_getaddrinfo("not-a-number.example", NULL, &numeric, &res,
+                              WEFT_FOREVER), -ENOENT);
+    CHECK_EQ(weft_getaddrinfo("::1", NULL, &numeric, &res, WEFT_FOREVER), 0);
+    CHECK_EQ(res->ai_family, AF_INET6);
+    freeaddrinfo(res);
+    /* a deadline already passed: nothing is submitted */
+    CHECK_EQ(weft_getaddrinfo("localhost", NULL, NULL, &res, 0), -ETIMEDOUT);
     /* an unknown service */
     CHECK_EQ(weft_getaddrinfo("localhost", "no-such-service-xyz", &hints, &res,
                               WEFT_FOREVER), -ENOENT);
