@@ -3,6 +3,9 @@
  * inner one cannot extend the outer; the previous scope comes back. */
 #include "harness.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #define MS 1000000LL
 
 static int pipefd[2];
@@ -79,6 +82,77 @@ static int inner_shorter(void *arg)
     return weft_sleep(1 * MS);
 }
 
+/* Every kind of blocking call of the sync layer honours the scope. */
+static weft_cond_t cv = WEFT_COND_INIT;
+static weft_sem_t sem = WEFT_SEM_INIT(0);
+static weft_waitgroup_t wg = WEFT_WAITGROUP_INIT;
+static weft_notification_t note = WEFT_NOTIFICATION_INIT;
+
+static void *slow_job(void *arg)
+{
+    (void)arg;
+    usleep(5000);
+    return NULL;
+}
+
+static int k_chan(void *arg)
+{
+    (void)arg;
+    weft_chan_t *c;
+    CHECK_EQ(weft_chan_create(&c, sizeof(int), 0), 0);
+    int v, rc = weft_chan_recv(c, &v, WEFT_FOREVER);
+    CHECK_EQ(weft_chan_destroy(c), 0);
+    return rc;
+}
+
+static int k_future(void *arg)
+{
+    (void)arg;
+    weft_promise_t *p;
+    CHECK_EQ(weft_promise_create(&p), 0);
+    weft_future_t *f = weft_promise_future(p);
+    void *x;
+    int rc = weft_future_get(f, &x, WEFT_FOREVER);
+    weft_future_release(f);
+    weft_promise_release(p);
+    return rc;
+}
+
+static int k_cond(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weft_mutex_lock(&mu, WEFT_FOREVER), 0);
+    int rc = weft_cond_wait(&cv, &mu, WEFT_FOREVER);
+    CHECK(mu.owner != NULL); /* re-locked although the scope expired */
+    CHECK_EQ(weft_mutex_unlock(&mu), 0);
+    return rc;
+}
+
+static int k_sem(void *arg) { (void)arg; return weft_sem_acquire(&sem, WEFT_FOREVER); }
+
+static int k_waitgroup(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weft_waitgroup_add(&wg, 1), 0);
+    int rc = weft_waitgroup_wait(&wg, WEFT_FOREVER);
+    CHECK_EQ(weft_waitgroup_done(&wg), 0);
+    return rc;
+}
+
+static int k_note(void *arg) { (void)arg; return weft_notification_wait(&note, WEFT_FOREVER); }
+
+static int k_offload(void *arg)
+{
+    (void)arg;
+    return weft_offload(slow_job, NULL, NULL, NULL, WEFT_FOREVER);
+}
+
+static pid_t kid;
+static int k_proc(void *arg) { (void)arg; return weft_proc_wait(kid, NULL, WEFT_FOREVER); }
+
+static int (*const kinds[])(void *) = {k_chan, k_future, k_cond, k_sem,
+                                       k_waitgroup, k_note, k_offload, k_proc};
+
 static void *body(void *arg)
 {
     (void)arg;
@@ -126,6 +200,24 @@ static void *body(void *arg)
     CHECK_EQ(weft_scope_leave(saved2), 0);
     CHECK_EQ(weft_scope_leave(saved), 0);
     CHECK_EQ(weft_scope_deadline(), WEFT_FOREVER);
+
+    /* every kind of wait of the sync layer: the scope expires while it
+     * waits, with no deadline of its own */
+    kid = fork();
+    CHECK(kid >= 0);
+    if (kid == 0) {
+        pause();
+        _exit(0);
+    }
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        int64_t t0 = weft_now();
+        CHECK_EQ(weft_scope_run(t0 + 2 * MS, kinds[i], NULL), -ETIMEDOUT);
+        CHECK(weft_now() >= t0 + 2 * MS); /* it did wait for the scope */
+    }
+    CHECK_EQ(kill(kid, SIGKILL), 0);
+    CHECK_EQ(weft_proc_wait(kid, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_notification_destroy(&note), 0);
+    weft_offload_shutdown(); /* the abandoned job finishes */
 
     /* after the scope, normal deadlines again */
     CHECK_EQ(weft_sleep(MS), 0);
