@@ -1,0 +1,170 @@
+# frozen_string_literal: true
+
+require "timeout"
+
+module Weft
+  # Raised by Future#value when the timeout passes first.
+  class TimeoutError < Timeout::Error; end
+
+  # The read side of a Promise: a value (or an error) that arrives later,
+  # from a fiber or another thread.
+  class Future
+    # A future resolved by running the block in a new scheduled fiber.
+    def self.spawn(&block)
+      promise = Promise.new
+      Fiber.schedule do
+        promise.fulfill(block.call)
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        promise.reject(e)
+      end
+      promise.future
+    end
+
+    # A future resolved by whichever of +futures+ resolves first (value or
+    # error).
+    def self.any(*futures)
+      futures = futures.flatten
+      raise ArgumentError, "Future.any needs at least one future" if futures.empty?
+
+      promise = Promise.new
+      futures.each do |f|
+        f.on_resolve { |ok, v| ok ? promise.try_fulfill(v) : promise.try_reject(v) }
+      end
+      promise.future
+    end
+
+    # A future of the array of every value, in order; rejected by the first
+    # error.
+    def self.all(*futures)
+      futures = futures.flatten
+      promise = Promise.new
+      return promise.fulfill([]).future if futures.empty?
+
+      values = Array.new(futures.size)
+      left = futures.size
+      lock = Thread::Mutex.new
+      futures.each_with_index do |f, i|
+        f.on_resolve do |ok, v|
+          next promise.try_reject(v) unless ok
+
+          done = lock.synchronize do
+            values[i] = v
+            (left -= 1).zero?
+          end
+          promise.try_fulfill(values) if done
+        end
+      end
+      promise.future
+    end
+
+    def initialize
+      @mutex = Thread::Mutex.new
+      @condition = Thread::ConditionVariable.new
+      @state = :pending
+      @value = nil
+      @callbacks = []
+    end
+
+    def resolved? = @mutex.synchronize { @state != :pending }
+    def fulfilled? = @mutex.synchronize { @state == :fulfilled }
+    def rejected? = @mutex.synchronize { @state == :rejected }
+
+    # Wait for the value; raise the rejection error. With +timeout+
+    # (seconds), raise Weft::TimeoutError if it has not arrived by then.
+    def value(timeout: nil)
+      deadline = timeout && Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      @mutex.synchronize do
+        while @state == :pending
+          if deadline
+            left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            raise TimeoutError, "future not resolved within #{timeout}s" if left <= 0
+
+            @condition.wait(@mutex, left)
+          else
+            @condition.wait(@mutex)
+          end
+        end
+      end
+      raise @value if @state == :rejected
+
+      @value
+    end
+
+    alias wait value
+
+    # A future of the block's result applied to this value (errors pass
+    # through, and an error raised by the block rejects the new future).
+    def then(&block)
+      raise ArgumentError, "Future#then needs a block" unless block
+
+      promise = Promise.new
+      on_resolve do |ok, v|
+        if ok
+          begin
+            promise.fulfill(block.call(v))
+          rescue Exception => e # rubocop:disable Lint/RescueException
+            promise.reject(e)
+          end
+        else
+          promise.reject(v)
+        end
+      end
+      promise.future
+    end
+
+    # Call +callback+ with (fulfilled?, value_or_error) once resolved (now,
+    # if it already is).
+    def on_resolve(&callback)
+      now = @mutex.synchronize do
+        next true unless @state == :pending
+
+        @callbacks << callback
+        false
+      end
+      callback.call(@state == :fulfilled, @value) if now
+      self
+    end
+
+    # Used by Promise.
+    def _resolve(state, value) # :nodoc:
+      callbacks = @mutex.synchronize do
+        return false unless @state == :pending
+
+        @state = state
+        @value = value
+        @condition.broadcast
+        cbs = @callbacks
+        @callbacks = nil
+        cbs
+      end
+      callbacks.each { |cb| cb.call(state == :fulfilled, value) }
+      true
+    end
+  end
+
+  # The write side: fulfil or reject once; #future is what readers wait on.
+  class Promise
+    attr_reader :future
+
+    def initialize
+      @future = Future.new
+    end
+
+    def fulfill(value = nil)
+      raise Weft::Error, "promise already resolved" unless @future._resolve(:fulfilled, value)
+
+      self
+    end
+
+    def reject(error)
+      error = RuntimeError.new(error.to_s) unless error.is_a?(Exception)
+      raise Weft::Error, "promise already resolved" unless @future._resolve(:rejected, error)
+
+      self
+    end
+
+    def try_fulfill(value = nil) = @future._resolve(:fulfilled, value)
+
+    def try_reject(error) = @future._resolve(:rejected, error)
+  end
+end

@@ -1,0 +1,53 @@
+# frozen_string_literal: true
+
+# Shared setup for the Ruby suite: minitest, weft, and a watchdog so that a
+# hung test fails with a message instead of stalling the run.
+require "minitest/autorun"
+require "weft"
+require "socket"
+require "timeout"
+require "digest"
+
+Warning[:experimental] = false
+
+module WeftTestHelper
+  WATCHDOG_SECONDS = Integer(ENV.fetch("WEFT_RUBY_TEST_WATCHDOG", "60"))
+
+  def setup
+    super
+    name = "#{self.class}##{@NAME}"
+    @watchdog = Thread.new do
+      sleep WATCHDOG_SECONDS
+      warn "\nweft watchdog: #{name} still running after #{WATCHDOG_SECONDS}s"
+      Thread.list.each { |t| warn t.backtrace&.first(12)&.join("\n  ") }
+      exit!(3)
+    end
+  end
+
+  def teardown
+    @watchdog&.kill
+    assert_nil Fiber.scheduler, "a test left a scheduler installed"
+    super
+  end
+
+  # Run the block under a fresh scheduler (in a scheduled fiber), run to
+  # completion, and check the scheduler left no wait behind.
+  def weft(**options, &block)
+    scheduler = nil
+    result = Weft.run(**options) do |s|
+      scheduler = s
+      block.arity.zero? ? block.call : block.call(s)
+    end
+    assert scheduler.closed?, "scheduler not closed"
+    result
+  end
+
+  def assert_quiet(scheduler)
+    stats = scheduler.stats
+    assert_equal 0, stats[:waits], "waits left: #{stats}"
+    assert_equal 0, stats[:waiting_fibers], "fibers still linked: #{stats}"
+    assert_equal 0, stats[:ready], "ready left: #{stats}"
+  end
+
+  def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end
