@@ -5,9 +5,11 @@
  *                 read VmRSS from /proc/self/status before spawning and once
  *                 all are parked, then unpark them all and let them exit.
  *
- * Prints one line:  N rss_before rss_parked bytes_per_fiber unguarded ns_per_spawn
+ * Prints one line:
+ *   N rss_before rss_parked bytes_per_fiber unguarded ns_per_spawn pte_parked
  * (bytes; "unguarded" is weft_stats_t.stacks_unguarded, 0 = every stack has
- * its guard page; ns_per_spawn is the time to spawn and park one fiber).
+ * its guard page; ns_per_spawn is the time to spawn and park one fiber;
+ * pte_parked is VmPTE, the page tables, which VmRSS does not include).
  * Run one size per process so earlier runs do not inflate the figure.
  */
 #include "weft.h"
@@ -19,20 +21,22 @@
 static long n_fibers;
 static long n_parked;
 static weft_fiber_t *handles;
-static long rss_before, rss_parked;
+static long rss_before, rss_parked, pte_parked;
 static size_t unguarded;
 static int64_t spawn_ns;
 
-static long vm_rss(void)
+/* A "Vm...:" line of /proc/self/status, in bytes. */
+static long vm_status(const char *key)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
+    size_t klen = strlen(key);
     long kb = -1;
     if (!f)
         return -1;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6)) {
-            kb = atol(line + 6);
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            kb = atol(line + klen + 1);
             break;
         }
     fclose(f);
@@ -66,7 +70,8 @@ static void *controller(void *arg)
     while (n_parked < n_fibers)
         weft_yield();
     spawn_ns = weft_now() - t0;
-    rss_parked = vm_rss();
+    rss_parked = vm_status("VmRSS");
+    pte_parked = vm_status("VmPTE");
     weft_stats_t st;
     weft_sched_stats(weft_sched_self(), &st);
     unguarded = st.stacks_unguarded;
@@ -97,16 +102,16 @@ int main(int argc, char **argv)
     weft_sched_t *s = weft_sched_self();
     if (!s)
         return 1;
-    rss_before = vm_rss();
+    rss_before = vm_status("VmRSS");
     int rc = weft_spawn(controller, NULL, NULL, NULL);
     if (rc < 0)
         die("weft_spawn", rc);
     rc = weft_sched_run(s);
     if (rc < 0)
         die("weft_sched_run", rc);
-    printf("%ld %ld %ld %.1f %zu %.1f\n", n_fibers, rss_before, rss_parked,
+    printf("%ld %ld %ld %.1f %zu %.1f %ld\n", n_fibers, rss_before, rss_parked,
            (double)(rss_parked - rss_before) / (double)n_fibers, unguarded,
-           (double)spawn_ns / (double)n_fibers);
+           (double)spawn_ns / (double)n_fibers, pte_parked);
     free(handles);
     return weft_sched_destroy(s) < 0;
 }

@@ -70,7 +70,7 @@ bench_emit() {
 bench_header() {
   echo
   echo "== $1"
-  printf '%-26s %-12s %12s %12s  %-26s %12s %8s\n' \
+  printf '%-27s %-12s %12s %12s  %-26s %12s %8s\n' \
     benchmark unit "weft min" "weft median" peer "peer median" ratio
 }
 
@@ -83,7 +83,7 @@ bench_row() {
     ratio=$(bench_ratio "$better" "$wmed" "$pmed")
     [ -n "$ratio" ] && ratio="${ratio}x"
   fi
-  printf '%-26s %-12s %12s %12s  %-26s %12s %8s\n' "$name" "$unit" "$wmin" "$wmed" \
+  printf '%-27s %-12s %12s %12s  %-26s %12s %8s\n' "$name" "$unit" "$wmin" "$wmed" \
     "${peer:--}" "${pmed:--}" "${ratio:--}"
   [ -n "$note" ] && printf '    %s\n' "$note"
   return 0

@@ -109,7 +109,7 @@ results=$(awk '
 # Summary table, from the merged lines.
 echo
 echo "== summary (median of runs; ratio = times better than the peer, >1 = weft wins)"
-printf '%-8s %-24s %-12s %12s  %-28s %12s %8s\n' group benchmark unit weft peer peer ratio
+printf '%-8s %-26s %-12s %12s  %-28s %12s %8s\n' group benchmark unit weft peer peer ratio
 printf '%s\n' "$results" | awk '
   function str(line, key) {
     if (!match(line, "\"" key "\":\"[^\"]*\"")) return ""
@@ -126,7 +126,7 @@ printf '%s\n' "$results" | awk '
   }
   NF {
     r = num($0, "ratio")
-    printf "%-8s %-24s %-12s %12s  %-28s %12s %8s\n", str($0, "group"),
+    printf "%-8s %-26s %-12s %12s  %-28s %12s %8s\n", str($0, "group"),
       str($0, "name"), str($0, "unit"), fmt(num($0, "median")),
       (str($0, "peer") == "" ? "-" : substr(str($0, "peer"), 1, 28)),
       fmt(num($0, "peer_median")),

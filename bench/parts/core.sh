@@ -46,24 +46,27 @@ bench_report $G spawn_run_exit_cold ns/fiber lower "$w" "Boost.Context protected
   "20,000 at once: every stack a fresh mmap with a guard page"
 
 # Parked fibers: one process per run and per size.
-park() { # N RUNS -> sets per, total (MiB), spawn, guard
+park() { # N RUNS -> sets per, total (MiB), spawn, pte (MiB), guard
   local n=$1 runs=$2 i line
-  per=""; total=""; spawn=""; guard="every stack has a guard page"
+  per=""; total=""; spawn=""; pte=""; guard="every stack has a guard page"
   for ((i = 0; i < runs; i++)); do
     line=$(bench_locked "$bin/core_park" "$n")
     set -- $line
     per+="$4 "
     total+="$(awk -v b="$3" 'BEGIN { printf "%.1f", b / 1048576 }') "
     spawn+="$6 "
+    pte+="$(awk -v b="$7" 'BEGIN { printf "%.1f", b / 1048576 }') "
     [ "$5" = 0 ] || guard="$5 stacks WITHOUT a guard page"
   done
 }
 park 100000 "$reps"
 bench_report $G parked_100k bytes/fiber lower "$per" "" "" "guards: $guard"
-bench_report $G parked_100k_rss MiB lower "$total"
+bench_report $G parked_100k_rss MiB lower "$total" "" "" \
+  "VmRSS with 100,000 parked; page tables (VmPTE, not in RSS): $(bench_median "$pte") MiB"
 park 1000000 "$big_reps"
 bench_report $G parked_1m bytes/fiber lower "$per" "" "" "guards: $guard"
-bench_report $G parked_1m_rss MiB lower "$total"
+bench_report $G parked_1m_rss MiB lower "$total" "" "" \
+  "VmRSS with 1,000,000 parked; page tables (VmPTE, not in RSS): $(bench_median "$pte") MiB"
 bench_report $G parked_1m_spawn ns/fiber lower "$spawn" "" "" \
   "time to spawn a fiber and have it park, with 1,000,000 live"
 rss1m=$(bench_median "$total")
