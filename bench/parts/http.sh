@@ -9,7 +9,12 @@
 # every server is stopped at the end (also on failure).
 # WEFT_BENCH_REPS (default 5) runs of WEFT_HTTP_SECS (default 3) seconds;
 # WEFT_HTTP_THREADS (default "1 2"), WEFT_HTTP_CONNS (default "100 1000"),
-# WEFT_HTTP_SERVERS (default "weft nginx libuv go raw").
+# WEFT_HTTP_SERVERS (default "weft weft_epoll nginx libuv go raw").
+#
+# "weft" is http_server with the library's default backend (io_uring where
+# the kernel allows it, else epoll; the backend is printed); "weft_epoll"
+# forces WEFT_BACKEND=epoll and is the one compared with the raw C epoll
+# floor, which runs on the same backend.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -18,7 +23,7 @@ reps=${WEFT_BENCH_REPS:-5}
 secs=${WEFT_HTTP_SECS:-3}
 threads_list=${WEFT_HTTP_THREADS:-"1 2"}
 conns_list=${WEFT_HTTP_CONNS:-"100 1000"}
-servers=${WEFT_HTTP_SERVERS:-"weft nginx libuv go raw"}
+servers=${WEFT_HTTP_SERVERS:-"weft weft_epoll nginx libuv go raw"}
 G=http
 bin=$root/build/bench/peers
 tmp=$(mktemp -d /tmp/weft-bench-http.XXXXXX)
@@ -48,14 +53,17 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 12000)); port_free $p && { echo $p; return; }; done; return 1; }
 wait_port() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
 
-declare -A port label
+declare -A port label spid
 start_servers() { # THREADS
   local t=$1 s
   for s in $servers; do
     port[$s]=$(pick_port)
     case $s in
-      weft)  "$root/build/examples/http_server" --port "${port[$s]}" --threads "$t" --quiet >/dev/null &
+      weft)  "$root/build/examples/http_server" --port "${port[$s]}" --threads "$t" --quiet >"$tmp/weft.out" &
              label[$s]="weft http_server" ;;
+      weft_epoll) WEFT_BACKEND=epoll "$root/build/examples/http_server" --port "${port[$s]}" \
+               --threads "$t" --quiet >"$tmp/weft_epoll.out" &
+             label[$s]="weft http_server, epoll" ;;
       raw)   "$bin/raw_epoll" --port "${port[$s]}" --threads "$t" >/dev/null &
              label[$s]="raw C epoll (floor)" ;;
       libuv) "$bin/uv_http" --port "${port[$s]}" --threads "$t" >/dev/null &
@@ -69,6 +77,7 @@ start_servers() { # THREADS
              label[$s]="nginx $(nginx -v 2>&1 | sed 's|.*/||')" ;;
     esac
     pids+=($!)
+    spid[$s]=$!
     wait_port "${port[$s]}" || { echo "http.sh: $s did not start" >&2; exit 1; }
   done
 }
@@ -78,28 +87,63 @@ stop_servers() {
   pids=()
 }
 
-# One wrk run: prints requests/s; socket errors and non-2xx go to $tmp/errors.
+# CPU time (clock ticks) used so far by process PID, its threads and its
+# direct children (nginx's workers).
+cpu_ticks() {
+  local p t=0 f
+  for p in $1 $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    f=$(cut -d')' -f2 /proc/"$p"/stat 2>/dev/null) || continue
+    set -- $f
+    t=$((t + ${12} + ${13})) # utime, stime
+  done
+  echo $t
+}
+
+# One wrk run, under the lock: wrk's output, then the server's CPU ticks.
+measure() { # PID PORT CONNS SECS
+  local c0 c1 out
+  c0=$(cpu_ticks "$1")
+  out=$(timeout $(($4 + 60)) wrk -t2 -c"$3" -d"$4"s "http://127.0.0.1:$2/") || return 1
+  c1=$(cpu_ticks "$1")
+  echo "$out"
+  echo "CPU_TICKS $((c1 - c0))"
+}
+export -f measure cpu_ticks
+
+# Prints "requests/s server-CPU-us-per-request". The CPU figure is the
+# server's own user+system time over the run divided by the requests wrk
+# counted: on a shared 2-core machine it is steadier than requests/s, which
+# also depends on how the cores are split between wrk, the server and
+# anything else running. Socket errors and non-2xx answers are collected
+# in $tmp/errors.
+hz=$(getconf CLK_TCK)
 wrk_run() { # SERVER CONNS SECS
   local out
-  out=$(bench_locked timeout $(($3 + 60)) wrk -t2 -c"$2" -d"$3"s "http://127.0.0.1:${port[$1]}/") || {
-    echo "http.sh: wrk failed against $1" >&2; echo 0; return; }
+  out=$(bench_locked bash -c 'measure "$@"' _ "${spid[$1]}" "${port[$1]}" "$2" "$3") || {
+    echo "http.sh: wrk failed against $1" >&2; echo "0 0"; return; }
   local errs
   errs=$(echo "$out" | sed -n 's/.*Socket errors: //p; s/.*Non-2xx or 3xx responses: /non-2xx /p')
   [ -n "$errs" ] && echo "$1 c$2: $errs" >> "$tmp/errors"
-  echo "$out" | awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }'
+  echo "$out" | awk -v hz="$hz" '
+    /^Requests\/sec:/ { rps = $2 }
+    / requests in / { n = $1 }
+    /^CPU_TICKS/ { t = $2 }
+    END { printf "%.0f %.2f\n", rps, (n > 0 ? t * 1e6 / hz / n : 0) }'
 }
 
 echo
 echo "== http: keep-alive hello world, wrk -t2 -c{$conns_list} -d${secs}s, $reps runs each, runs interleaved"
 echo "   command: WEFT_BENCH_REPS=$reps WEFT_HTTP_SECS=$secs bash bench/parts/http.sh (part of make bench)"
-declare -A runs
+declare -A runs cpu
 for t in $threads_list; do
   start_servers "$t"
   for s in $servers; do for c in $conns_list; do wrk_run "$s" "$c" 1 >/dev/null; done; done # warm-up
   for ((r = 0; r < reps; r++)); do
     for c in $conns_list; do
       for s in $servers; do
-        runs[$s,$t,$c]+="$(wrk_run "$s" "$c" "$secs") "
+        set -- $(wrk_run "$s" "$c" "$secs")
+        runs[$s,$t,$c]+="$1 "
+        cpu[$s,$t,$c]+="$2 "
       done
     done
   done
@@ -107,15 +151,39 @@ for t in $threads_list; do
 done
 
 declare -A target=([nginx]=1.3 [libuv]=1.2 [go]=2 [raw]=0.95)
-bench_header "http: requests/s, higher is better; ratio = weft / peer"
+backend=$(sed -n 's/.*, \([a-z_]*\) backend.*/\1/p' "$tmp/weft.out" 2>/dev/null | head -n1)
+bench_header "http: requests/s, higher is better; ratio = weft / peer (weft backend: ${backend:-?})"
+has() { [[ " $servers " == *" $1 "* ]]; }
 for t in $threads_list; do
   for c in $conns_list; do
     for s in $servers; do
-      [ "$s" = weft ] && continue
+      case $s in weft|weft_epoll) continue ;; esac
       note=""
       [ "$t" = 1 ] && [ -n "${target[$s]:-}" ] && note="target on 1 thread: >= ${target[$s]}x"
-      bench_report $G "hello_${t}thr_${c}conn" req/s higher "${runs[weft,$t,$c]}" \
-        "${label[$s]}" "${runs[$s,$t,$c]}" "$note"
+      if has weft; then
+        bench_report $G "hello_${t}thr_${c}conn" req/s higher "${runs[weft,$t,$c]}" \
+          "${label[$s]}" "${runs[$s,$t,$c]}" "$note${note:+; }weft on ${backend:-its default backend}"
+      fi
+      if [ "$s" = raw ] && has weft_epoll; then
+        bench_report $G "hello_${t}thr_${c}conn_epoll" req/s higher "${runs[weft_epoll,$t,$c]}" \
+          "${label[$s]}" "${runs[$s,$t,$c]}" "$note${note:+; }weft forced to epoll: the same backend as the floor"
+      fi
+    done
+  done
+done
+bench_header "http: server CPU time per request (user+system, all its threads/workers), lower is better; ratio = peer / weft"
+for t in $threads_list; do
+  for c in $conns_list; do
+    for s in $servers; do
+      case $s in weft|weft_epoll) continue ;; esac
+      if has weft; then
+        bench_report $G "cpu_per_req_${t}thr_${c}conn" us/req lower "${cpu[weft,$t,$c]}" \
+          "${label[$s]}" "${cpu[$s,$t,$c]}" "weft on ${backend:-its default backend}"
+      fi
+      if [ "$s" = raw ] && has weft_epoll; then
+        bench_report $G "cpu_per_req_${t}thr_${c}conn_epoll" us/req lower "${cpu[weft_epoll,$t,$c]}" \
+          "${label[$s]}" "${cpu[$s,$t,$c]}" "weft forced to epoll: the same backend as the floor"
+      fi
     done
   done
 done
