@@ -47,6 +47,10 @@ typedef struct uop {
     struct msghdr msg;
     void *vg_buf;            /* buffer the kernel writes (Valgrind)     */
     size_t vg_len;
+    const struct iovec *vg_iov;
+    int vg_iovcnt;
+    socklen_t *vg_alen;      /* accept: address written by the kernel   */
+    struct sockaddr *vg_addr;
 } uop;
 
 typedef struct ustate {
@@ -228,6 +232,10 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     u->op = (uint8_t)d->op;
     u->vg_buf = NULL;
     u->vg_len = 0;
+    u->vg_iov = NULL;
+    u->vg_iovcnt = 0;
+    u->vg_alen = NULL;
+    u->vg_addr = NULL;
     uint64_t off = d->off < 0 ? (uint64_t)-1 : (uint64_t)d->off;
     switch (d->op) {
     case WEFT__OP_READ:
@@ -240,6 +248,8 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         break;
     case WEFT__OP_READV:
         io_uring_prep_readv(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
+        u->vg_iov = d->iov;
+        u->vg_iovcnt = d->iovcnt;
         break;
     case WEFT__OP_WRITEV:
         io_uring_prep_writev(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
@@ -257,8 +267,11 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         memset(&u->msg, 0, sizeof u->msg);
         u->msg.msg_iov = (struct iovec *)d->iov;
         u->msg.msg_iovlen = (size_t)d->iovcnt;
-        if (d->op == WEFT__OP_RECVMSG)
+        if (d->op == WEFT__OP_RECVMSG) {
             io_uring_prep_recvmsg(sqe, d->fd, &u->msg, (unsigned)d->flags);
+            u->vg_iov = d->iov;
+            u->vg_iovcnt = d->iovcnt;
+        }
         else
             io_uring_prep_sendmsg(sqe, d->fd, &u->msg,
                                   (unsigned)d->flags | MSG_NOSIGNAL);
@@ -266,6 +279,8 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     case WEFT__OP_ACCEPT:
         io_uring_prep_accept(sqe, d->fd, d->addr, d->addrlen,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
+        u->vg_alen = d->addrlen;
+        u->vg_addr = d->addr;
         break;
     case WEFT__OP_CONNECT:
         io_uring_prep_connect(sqe, d->fd, d->addr, d->alen);
@@ -342,8 +357,22 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
     uop *u = (uop *)(uintptr_t)ud;
     weft__wait *w = u->h.wait;
 #ifdef WEFT_VALGRIND
+    /* The kernel wrote these behind Valgrind's back. */
     if (res > 0 && u->vg_buf)
         VALGRIND_MAKE_MEM_DEFINED(u->vg_buf, (size_t)res < u->vg_len ? (size_t)res : u->vg_len);
+    if (res > 0 && u->vg_iov) {
+        size_t left = (size_t)res;
+        for (int i = 0; i < u->vg_iovcnt && left; i++) {
+            size_t n = u->vg_iov[i].iov_len < left ? u->vg_iov[i].iov_len : left;
+            VALGRIND_MAKE_MEM_DEFINED(u->vg_iov[i].iov_base, n);
+            left -= n;
+        }
+    }
+    if (res >= 0 && u->vg_alen) {
+        VALGRIND_MAKE_MEM_DEFINED(u->vg_alen, sizeof *u->vg_alen);
+        if (u->vg_addr)
+            VALGRIND_MAKE_MEM_DEFINED(u->vg_addr, *u->vg_alen);
+    }
 #endif
     int op = u->op;
     r->ops_inflight--;

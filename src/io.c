@@ -22,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,6 +46,19 @@ static int io_wait(int fd, uint32_t events, int64_t deadline)
 /* Completion ops are used when the backend has them and the call may
  * wait; a deadline that has passed means one non-blocking attempt, which
  * the system call does best. */
+/* WEFT_URING_TRY_FIRST=1: on io_uring, attempt socket calls with a
+ * system call first and submit to the ring only when they would block
+ * (the measurement behind the default is in docs/ARCHITECTURE.md). */
+static bool uring_try_first(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("WEFT_URING_TRY_FIRST");
+        v = e && *e == '1';
+    }
+    return v;
+}
+
 static bool ring_ok(int64_t deadline)
 {
     weft_sched_t *s = weft__sched_tls();
@@ -194,12 +208,14 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
     int rc = begin(fd, deadline);
     if (rc < 0)
         return rc;
+    bool tried = !uring_try_first();
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
         if (socket_only && (kind == WEFT__FD_OTHER || kind == WEFT__FD_FILE))
             return -ENOTSOCK;
-        if (kind != WEFT__FD_UNKNOWN && ring_ok(deadline)) {
+        if (kind != WEFT__FD_UNKNOWN && (tried || kind != WEFT__FD_SOCKET) &&
+            ring_ok(deadline)) {
             weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
                               .iov = iov, .iovcnt = cnt};
             if (cnt == 1) {
@@ -242,6 +258,10 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
             continue;
         if ((rc = failed()) < 0)
             return rc;
+        if (!tried) {
+            tried = true;
+            continue; /* would block: now the ring */
+        }
         rc = io_wait(fd, WEFT_READABLE, deadline);
         if (rc < 0)
             return rc;
@@ -303,6 +323,7 @@ static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
     int rc = begin(fd, deadline);
     if (rc < 0)
         return rc;
+    bool tried = !uring_try_first();
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
@@ -311,7 +332,7 @@ static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
         /* Pipes and other non-sockets stay on the system call: a ring
          * write to a broken pipe raises SIGPIPE, which the guarded
          * syscall below turns into -EPIPE. */
-        if ((kind == WEFT__FD_SOCKET || kind == WEFT__FD_FILE) &&
+        if ((kind == WEFT__FD_FILE || (kind == WEFT__FD_SOCKET && tried)) &&
             ring_ok(deadline)) {
             weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
                               .iov = iov, .iovcnt = cnt};
@@ -356,6 +377,10 @@ static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
             continue;
         if ((rc = failed()) < 0)
             return rc;
+        if (!tried && kind == WEFT__FD_SOCKET) {
+            tried = true;
+            continue; /* would block: now the ring */
+        }
         rc = io_wait(fd, WEFT_WRITABLE, deadline);
         if (rc < 0)
             return rc;
