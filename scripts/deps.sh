@@ -5,7 +5,7 @@
 set -euo pipefail
 mode=${1:-test}
 
-common=(make gcc clang libclang-rt-14-dev)
+common=(make gcc clang libclang-rt-14-dev liburing-dev)
 case "$mode" in
   test)  pkgs=("${common[@]}" gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
   demo)  pkgs=("${common[@]}") ;;

@@ -28,7 +28,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 step "clang TSan build: tests that cross threads"
 build tests CC=clang BUILD=build/tsan SAN=thread
 WEFT_TEST_FILTER='thread' TSAN_OPTIONS=halt_on_error=1 \
-  bash tests/run.sh build/tsan/tests tsan epoll || status=1
+  bash tests/run.sh build/tsan/tests tsan io_uring epoll || status=1
 
 step "ucontext fallback context switch"
 build tests CC=gcc BUILD=build/ucontext CTX=ucontext
