@@ -7,7 +7,7 @@ mode=${1:-test}
 
 common=(make gcc clang libclang-rt-14-dev liburing-dev)
 case "$mode" in
-  test)  pkgs=("${common[@]}" gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
+  test)  pkgs=("${common[@]}" valgrind gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
   demo)  pkgs=("${common[@]}") ;;
   bench) pkgs=("${common[@]}" g++ libboost-context-dev) ;;
   *) echo "deps.sh: unknown mode $mode" >&2; exit 2 ;;
