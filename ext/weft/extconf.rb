@@ -14,6 +14,8 @@ abort "weft: core sources not found in #{src}" unless File.exist?(File.join(src,
 have_header("ruby/io/buffer.h") or abort "weft: needs Ruby >= 3.1 (IO::Buffer)"
 have_func("rb_io_descriptor", "ruby/io.h") or abort "weft: needs rb_io_descriptor (Ruby >= 3.1)"
 
+have_func("rb_io_timeout", "ruby/io.h") # Ruby >= 3.2: IO#timeout
+
 $INCFLAGS << " -I#{src} -I#{inc}"
 $CFLAGS << " -std=gnu11 -fvisibility=hidden -Wall -Wno-unused-parameter"
 $CPPFLAGS << " -D_GNU_SOURCE"

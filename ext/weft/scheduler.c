@@ -771,6 +771,13 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         length = size - offset;
     fdinfo *fi = fd_prepare(s, fd, io);
     int ev = writing_op ? WEFT_WRITABLE : WEFT_READABLE;
+    int64_t deadline = WEFT_FOREVER;
+#ifdef HAVE_RB_IO_TIMEOUT
+    /* IO#timeout (Ruby >= 3.2) bounds the whole transfer. */
+    VALUE tmo = rb_io_timeout(rb_io_get_io(io));
+    if (!NIL_P(tmo))
+        deadline = to_deadline(tmo);
+#endif
     size_t total = 0;
     for (;;) {
         size_t max = size - offset;
@@ -823,7 +830,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             continue;
     would_block:
         if ((err == EAGAIN || err == EWOULDBLOCK) && length > 0) {
-            int rc = wait_fd(s, fd, ev, WEFT_FOREVER);
+            int rc = deadline == 0 ? -ETIMEDOUT : wait_fd(s, fd, ev, deadline);
             if (rc < 0)
                 return total ? SIZET2NUM(total) : INT2NUM(rc);
             /* The buffer may have been resized while we waited. */

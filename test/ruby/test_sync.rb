@@ -150,6 +150,31 @@ class TestSync < Minitest::Test
     end
   end
 
+  def test_thread_raise_reaches_a_loop_blocked_in_the_kernel
+    interrupted = Class.new(StandardError)
+    r, w = IO.pipe
+    loop_thread = Thread.new do
+      Thread.current.report_on_exception = false
+      s = Weft::Scheduler.new
+      Fiber.set_scheduler(s)
+      Fiber.schedule { r.read(1) } # waits until the ensure below writes
+      begin
+        s.run # blocks in the kernel: nothing else can wake it but the raise
+        :not_interrupted
+      rescue interrupted
+        :interrupted
+      ensure
+        w.write("x")
+        Fiber.set_scheduler(nil)
+      end
+    end
+    Thread.pass until loop_thread.status == "sleep" || !loop_thread.alive?
+    sleep 0.02
+    loop_thread.raise(interrupted)
+    assert_equal :interrupted, loop_thread.value
+    [r, w].each(&:close)
+  end
+
   def test_many_cross_thread_wakeups
     n = 2_000
     weft do
