@@ -360,10 +360,11 @@ static void poll_ubf(void *p)
 
 static void poll_blocking(rsched *s)
 {
-    if (s->rq_head) {
-        (void)weft__reactor_run_once(&s->r, false);
+    /* Collect what is ready now without giving up the GVL: releasing and
+     * re-taking it costs far more than one extra non-blocking poll. */
+    (void)weft__reactor_run_once(&s->r, false);
+    if (s->rq_head)
         return;
-    }
     rb_thread_call_without_gvl(poll_nogvl, s, poll_ubf, s);
     rb_thread_check_ints();
 }
