@@ -27,8 +27,9 @@ ifeq ($(CTX),ucontext)
 CFLAGS_ALL += -DWEFT_CTX_UCONTEXT=1
 endif
 LDLIBS  := -lpthread -lm
-# io_uring backend when liburing's header is there for this compiler.
-HAVE_URING := $(shell printf '\043include <liburing.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+# io_uring backend when liburing links for this compiler (a cross compiler
+# may see the build machine's header without the target's library).
+HAVE_URING := $(shell printf '\043include <liburing.h>\nint main(void){struct io_uring r;return io_uring_queue_init(1,&r,0);}\n' | $(CC) -x c - -o /dev/null -luring >/dev/null 2>&1 && echo 1)
 ifeq ($(HAVE_URING),1)
 LDLIBS  += -luring
 else

@@ -62,11 +62,27 @@ static bool need_nohugepage(void)
     return v == 1;
 }
 
+/* Does the page at @p fault? Asks the kernel to read one byte of it into
+ * a pipe: EFAULT means guarded. Emulators (qemu-user) may accept advice
+ * they do not implement, so the first madvise guard is checked once. */
+static bool page_faults(const void *p)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return true; /* cannot tell: trust the kernel's answer */
+    ssize_t n = write(fds[1], p, 1);
+    bool faults = n < 0 && errno == EFAULT;
+    close(fds[0]);
+    close(fds[1]);
+    return faults;
+}
+
 static void install_guard(weft__stack_cache *c, weft__stack *st, size_t page)
 {
     int mode = atomic_load(&guard_mode);
     if (mode != 2) {
-        if (madvise(st->base, page, MADV_GUARD_INSTALL) == 0) {
+        if (madvise(st->base, page, MADV_GUARD_INSTALL) == 0 &&
+            (mode == 1 || page_faults(st->base))) {
             if (!mode)
                 atomic_store(&guard_mode, 1);
             st->guard = page;
