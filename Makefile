@@ -123,7 +123,8 @@ install: lib
 	install -m 755 $(BUILD)/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' weft.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
 # ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a
