@@ -217,7 +217,9 @@ static void fork_reset(rsched *s)
     pthread_mutex_init(&s->lock, NULL);
     if (s->r_live) {
         s->r_live = false;
-        weft__reactor_fini(&s->r);
+        /* Closes our copies of the ring/epoll set/eventfd without touching
+         * the parent's; the parent's in-flight state is not walked. */
+        weft__reactor_abandon(&s->r);
         int rc = weft__reactor_init(&s->r, s->backend);
         if (rc < 0)
             rb_syserr_fail(-rc, "weft: reactor re-creation after fork");
