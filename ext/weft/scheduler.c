@@ -174,9 +174,14 @@ static size_t s_memsize(const void *p)
 }
 
 static const rb_data_type_t sched_type = {
-    "Weft::Scheduler",
-    {s_mark, s_free, s_memsize, s_compact},
-    0, 0, RUBY_TYPED_FREE_IMMEDIATELY,
+    .wrap_struct_name = "Weft::Scheduler",
+    .function = {
+        .dmark = s_mark,
+        .dfree = s_free,
+        .dsize = s_memsize,
+        .dcompact = s_compact,
+    },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
 };
 
 static VALUE s_alloc(VALUE klass)
