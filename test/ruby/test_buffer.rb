@@ -27,7 +27,12 @@ class TestBuffer < Minitest::Test
     Tempfile.create("weft") do |f|
       f.write("." * 16)
       f.flush
-      write = -> { IO::Buffer.for(+"AB").pwrite(f, 2, offset) }
+      # 3.1: pwrite(io, length, offset); 3.2+: pwrite(io, from, length)
+      write = if RUBY_VERSION < "3.2"
+                -> { IO::Buffer.for(+"AB").pwrite(f, 2, offset) }
+              else
+                -> { IO::Buffer.for(+"AB").pwrite(f, offset, 2) }
+              end
       with_scheduler ? weft { write.call } : write.call
       File.binread(f.path)
     end
@@ -37,6 +42,7 @@ class TestBuffer < Minitest::Test
     [0, 1, 4, 7].each do |offset|
       assert_equal pwrite_result(false, offset), pwrite_result(true, offset), "offset #{offset}"
     end
+    assert_equal "....AB..........", pwrite_result(true, 4)
   end
 
   def test_pread_reads_the_same_bytes_as_without_the_scheduler
@@ -45,7 +51,7 @@ class TestBuffer < Minitest::Test
       f.flush
       read = lambda do
         b = IO::Buffer.new(3)
-        b.pread(f, 3, 5)
+        RUBY_VERSION < "3.2" ? b.pread(f, 3, 5) : b.pread(f, 5, 3)
         b.get_string
       end
       plain = read.call
