@@ -200,30 +200,43 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
     return n;
 }
 
-/* ---- reading ------------------------------------------------------------ */
+/* ---- reading and writing ------------------------------------------------ */
 
-static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
-                        int64_t deadline, bool socket_only)
+/*
+ * One loop for both directions. On io_uring: sockets, regular files and
+ * (for reads) pipes go through the ring; writes to pipes and other
+ * non-sockets stay system calls, because a ring write to a broken pipe
+ * raises SIGPIPE, which the guarded syscall turns into -EPIPE. Elsewhere:
+ * the system call first, a readiness wait on EAGAIN.
+ */
+static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
+                     int64_t deadline, bool socket_only, bool write)
 {
     int rc = begin(fd, deadline);
     if (rc < 0)
         return rc;
+    const uint32_t ready = write ? WEFT_WRITABLE : WEFT_READABLE;
     bool tried = !uring_try_first();
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
         if (socket_only && (kind == WEFT__FD_OTHER || kind == WEFT__FD_FILE))
             return -ENOTSOCK;
-        if (kind != WEFT__FD_UNKNOWN && (tried || kind != WEFT__FD_SOCKET) &&
-            ring_ok(deadline)) {
+        bool sock = kind == WEFT__FD_SOCKET;
+        bool ring_kind = sock ? tried
+                              : kind == WEFT__FD_FILE ||
+                                    (kind == WEFT__FD_OTHER && !write);
+        if (ring_kind && ring_ok(deadline)) {
             weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
                               .iov = iov, .iovcnt = cnt};
             if (cnt == 1) {
-                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_RECV : WEFT__OP_READ;
+                d.op = sock ? (write ? WEFT__OP_SEND : WEFT__OP_RECV)
+                            : (write ? WEFT__OP_WRITE : WEFT__OP_READ);
                 d.buf = iov[0].iov_base;
                 d.len = iov[0].iov_len;
             } else {
-                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_RECVMSG : WEFT__OP_READV;
+                d.op = sock ? (write ? WEFT__OP_SENDMSG : WEFT__OP_RECVMSG)
+                            : (write ? WEFT__OP_WRITEV : WEFT__OP_READV);
             }
             n = ring_op(&d, deadline);
             if (n == -EINTR)
@@ -231,15 +244,16 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
             if (n != -EAGAIN)
                 return n;
             /* An older kernel that will not wait on O_NONBLOCK files. */
-            rc = io_wait(fd, WEFT_READABLE, deadline);
+            rc = io_wait(fd, ready, deadline);
             if (rc < 0)
                 return rc;
             continue;
         }
-        if (kind == WEFT__FD_SOCKET || kind == WEFT__FD_UNKNOWN) {
+        if (sock || kind == WEFT__FD_UNKNOWN) {
             struct msghdr m = {.msg_iov = (struct iovec *)iov,
                                .msg_iovlen = (size_t)cnt};
-            n = recvmsg(fd, &m, flags | MSG_DONTWAIT);
+            n = write ? sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL)
+                      : recvmsg(fd, &m, flags | MSG_DONTWAIT);
             if (n >= 0 && kind == WEFT__FD_UNKNOWN)
                 fd_set_kind(fd, WEFT__FD_SOCKET);
             if (n < 0 && errno == ENOTSOCK) {
@@ -249,8 +263,12 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
                     return rc;
                 continue;
             }
-        } else {
+        } else if (!write) {
             n = readv(fd, iov, cnt);
+        } else if (kind == WEFT__FD_FILE) {
+            n = writev(fd, iov, cnt);
+        } else {
+            n = writev_nosigpipe(fd, iov, cnt);
         }
         if (n >= 0)
             return n;
@@ -258,14 +276,26 @@ static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
             continue;
         if ((rc = failed()) < 0)
             return rc;
-        if (!tried) {
+        if (!tried && sock) {
             tried = true;
             continue; /* would block: now the ring */
         }
-        rc = io_wait(fd, WEFT_READABLE, deadline);
+        rc = io_wait(fd, ready, deadline);
         if (rc < 0)
             return rc;
     }
+}
+
+static ssize_t do_readv(int fd, const struct iovec *iov, int cnt, int flags,
+                        int64_t deadline, bool socket_only)
+{
+    return do_rw(fd, iov, cnt, flags, deadline, socket_only, false);
+}
+
+static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
+                         int64_t deadline, bool socket_only)
+{
+    return do_rw(fd, iov, cnt, flags, deadline, socket_only, true);
 }
 
 ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline)
@@ -316,76 +346,6 @@ int weft_read_full(int fd, void *buf, size_t len, size_t *got, int64_t deadline)
 }
 
 /* ---- writing ------------------------------------------------------------ */
-
-static ssize_t do_writev(int fd, const struct iovec *iov, int cnt, int flags,
-                         int64_t deadline, bool socket_only)
-{
-    int rc = begin(fd, deadline);
-    if (rc < 0)
-        return rc;
-    bool tried = !uring_try_first();
-    for (;;) {
-        ssize_t n;
-        int kind = fd_kind(fd);
-        if (socket_only && (kind == WEFT__FD_OTHER || kind == WEFT__FD_FILE))
-            return -ENOTSOCK;
-        /* Pipes and other non-sockets stay on the system call: a ring
-         * write to a broken pipe raises SIGPIPE, which the guarded
-         * syscall below turns into -EPIPE. */
-        if ((kind == WEFT__FD_FILE || (kind == WEFT__FD_SOCKET && tried)) &&
-            ring_ok(deadline)) {
-            weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
-                              .iov = iov, .iovcnt = cnt};
-            if (cnt == 1) {
-                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_SEND : WEFT__OP_WRITE;
-                d.buf = iov[0].iov_base;
-                d.len = iov[0].iov_len;
-            } else {
-                d.op = kind == WEFT__FD_SOCKET ? WEFT__OP_SENDMSG : WEFT__OP_WRITEV;
-            }
-            n = ring_op(&d, deadline);
-            if (n == -EINTR)
-                continue;
-            if (n != -EAGAIN)
-                return n;
-            rc = io_wait(fd, WEFT_WRITABLE, deadline);
-            if (rc < 0)
-                return rc;
-            continue;
-        }
-        if (kind == WEFT__FD_SOCKET || kind == WEFT__FD_UNKNOWN) {
-            struct msghdr m = {.msg_iov = (struct iovec *)iov,
-                               .msg_iovlen = (size_t)cnt};
-            n = sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (n >= 0 && kind == WEFT__FD_UNKNOWN)
-                fd_set_kind(fd, WEFT__FD_SOCKET);
-            if (n < 0 && errno == ENOTSOCK) {
-                if (socket_only)
-                    return -ENOTSOCK;
-                if ((rc = learn_not_socket(fd)) < 0)
-                    return rc;
-                continue;
-            }
-        } else if (kind == WEFT__FD_FILE) {
-            n = writev(fd, iov, cnt);
-        } else {
-            n = writev_nosigpipe(fd, iov, cnt);
-        }
-        if (n >= 0)
-            return n;
-        if (errno == EINTR)
-            continue;
-        if ((rc = failed()) < 0)
-            return rc;
-        if (!tried && kind == WEFT__FD_SOCKET) {
-            tried = true;
-            continue; /* would block: now the ring */
-        }
-        rc = io_wait(fd, WEFT_WRITABLE, deadline);
-        if (rc < 0)
-            return rc;
-    }
-}
 
 ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline)
 {
