@@ -1147,6 +1147,178 @@ int weft_scope_leave(int64_t saved);
  */
 int64_t weft_scope_deadline(void);
 
+/* ------------------------------------------------------------------------ */
+/* Resource pool                                                            */
+/* ------------------------------------------------------------------------ */
+/*
+ * A bounded pool of reusable resources (database connections, upstream
+ * sockets): at most max_size exist at any moment — idle, handed out, or
+ * being created — however many fibers ask. Resources are made on demand by
+ * a create callback and ended by a destroy callback that runs exactly once
+ * per resource that create returned.
+ *
+ *   Waiting    A fiber that finds no idle resource and no room to create
+ *              one queues FIFO. A resource released healthy goes straight
+ *              to the first waiter (a late arrival cannot overtake it);
+ *              when a resource is destroyed (broken, recycled, expired),
+ *              the first waiter is given its place and creates a new one.
+ *   Memory     weft_pool_create() allocates; weft_pool_destroy() frees.
+ *              Leases (weft_pool_lease_t) are the caller's memory.
+ *   Thread     A pool belongs to the scheduler thread whose fibers use it.
+ *   Callbacks  create, destroy and validate run in the fiber that caused
+ *              them (an acquirer, a releaser, the closer, or the pool's
+ *              idle reaper fiber) and may block; weft_pool_destroy() runs
+ *              destroy outside fibers when idle resources remain, where a
+ *              blocking call returns -EPERM, so close first if destroy
+ *              must do I/O.
+ *   Idle       With idle_timeout set, a resource idle that long is destroyed
+ *              in the background by a fiber of the pool, which exists only
+ *              while idle resources do (it keeps weft_sched_run() going
+ *              until they expire or the pool is closed).
+ */
+typedef struct weft_pool weft_pool_t;
+
+/** Resource callbacks of a pool. @ctx is the pool's context pointer. */
+typedef struct weft_pool_ops {
+    /* Make a resource: store it in *@res and return 0, or return a
+     * negative errno, which weft_pool_acquire() passes back unchanged.
+     * @deadline is the acquirer's deadline (give it to blocking calls). */
+    int (*create)(void *ctx, void **res, int64_t deadline);
+    /* End a resource. Called exactly once per resource create returned. */
+    void (*destroy)(void *ctx, void *res);
+    /* Optional: check an idle resource before it is handed out; return 0
+     * if usable, else a negative errno: it is then destroyed and another
+     * one taken or created. NULL: idle resources are trusted. */
+    int (*validate)(void *ctx, void *res);
+} weft_pool_ops_t;
+
+/** Options for weft_pool_create(); zero-initialise, then set fields. */
+typedef struct weft_pool_opts {
+    size_t max_size;       /* most resources alive at once (>= 1)          */
+    int64_t idle_timeout;  /* ns a resource may stay idle before it is
+                              destroyed in the background; 0 = forever     */
+    uint64_t max_uses;     /* destroy a resource after this many
+                              acquires (recycling); 0 = no limit           */
+    int64_t use_timeout;   /* ns each use may take: the lease's deadline
+                              (the read timeout of a use); 0 = none        */
+} weft_pool_opts_t;
+
+/** A resource handed out by weft_pool_acquire(). The caller's memory;
+ *  valid from acquire to release. */
+typedef struct weft_pool_lease {
+    void *res;             /* the resource                                 */
+    int64_t deadline;      /* the end of this use: acquire time plus
+                              use_timeout, or WEFT_FOREVER. Pass it (or an
+                              earlier one) to every blocking call made on
+                              the resource.                                */
+    uint64_t uses;         /* 1 on the resource's first use, then 2, ...   */
+    void *slot_;           /* internal                                     */
+} weft_pool_lease_t;
+
+/** Pool counters (weft_pool_stats()). */
+typedef struct weft_pool_stats {
+    size_t size;           /* resources alive or being created (<= max)    */
+    size_t idle;           /* idle resources                               */
+    size_t in_use;         /* resources handed out                         */
+    size_t creating;       /* create calls in progress                     */
+    size_t waiters;        /* fibers waiting in weft_pool_acquire()        */
+    size_t peak_size;      /* largest size so far                          */
+    uint64_t created;      /* create calls that succeeded                  */
+    uint64_t destroyed;    /* destroy calls                                */
+    uint64_t create_failed;/* create calls that failed                     */
+    uint64_t acquired;     /* successful acquires                          */
+    uint64_t timeouts;     /* acquires that ended with -ETIMEDOUT          */
+    uint64_t broken;       /* resources released as broken                 */
+    uint64_t recycled;     /* resources destroyed after max_uses uses      */
+    uint64_t expired;      /* idle resources destroyed after idle_timeout  */
+    uint64_t invalid;      /* idle resources that failed validation        */
+} weft_pool_stats_t;
+
+/**
+ * weft_pool_create — a pool of at most @opts->max_size resources made by
+ * @ops->create and ended by @ops->destroy, both given @ctx.
+ *
+ * No resource is created until the first acquire. Callable outside fibers.
+ * Returns 0 and the pool in *@out, -EINVAL (NULL argument, missing create
+ * or destroy callback, max_size 0, a negative timeout), -ENOMEM.
+ */
+int weft_pool_create(weft_pool_t **out, const weft_pool_ops_t *ops,
+                     void *ctx, const weft_pool_opts_t *opts);
+
+/**
+ * weft_pool_acquire — get a resource for exclusive use until
+ * weft_pool_release().
+ *
+ * Takes the most recently released idle resource (checked with validate,
+ * if set), else creates one if fewer than max_size exist, else waits in
+ * FIFO order until @deadline for a resource to be released or for room to
+ * create one. @deadline also bounds the create callback. Fills @lease:
+ * the resource, its per-use deadline and use count.
+ *
+ * Returns 0; -ETIMEDOUT when @deadline passed while waiting; the negative
+ * errno the create callback returned (nothing is retried: the caller
+ * decides); -ESHUTDOWN when the pool is or gets closed; -ECANCELED;
+ * -EPERM outside a fiber; -EINVAL. Blocks (switches fibers) only when it
+ * waits or create does.
+ */
+int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease,
+                      int64_t deadline);
+
+/** Flags of weft_pool_release(). */
+#define WEFT_POOL_BROKEN 1 /* the resource is unusable: destroy it */
+
+/**
+ * weft_pool_release — give back the resource of @lease.
+ *
+ * @flags: 0 for a healthy resource, WEFT_POOL_BROKEN for one that must
+ * not be used again (a lost connection, a use that timed out midway).
+ * A healthy resource goes to the first waiter, else becomes idle, unless
+ * it has had max_uses uses or the pool is closed: then, like a broken one,
+ * it is destroyed here (the destroy callback runs in the calling fiber and
+ * may block) and the first waiter, if any, is let create a replacement.
+ * Never waits otherwise. The lease is cleared.
+ *
+ * Returns 0, -EINVAL (NULL, a lease not acquired from @p, unknown flags).
+ */
+int weft_pool_release(weft_pool_t *p, weft_pool_lease_t *lease, int flags);
+
+/**
+ * weft_pool_with — acquire (until @deadline), run @fn(@arg, lease) inside
+ * a timeout scope ending at the lease's deadline (see weft_scope_run(), so
+ * every blocking call of the use is bounded by use_timeout), and release.
+ *
+ * The resource is released as broken if @fn sets lease->res to NULL or
+ * returns -ETIMEDOUT after the lease's deadline passed (a use cut short
+ * leaves the resource in an unknown state), else as healthy. Returns the
+ * acquire error, or what @fn returned.
+ */
+int weft_pool_with(weft_pool_t *p, int (*fn)(void *arg,
+                   weft_pool_lease_t *lease), void *arg, int64_t deadline);
+
+/**
+ * weft_pool_close — stop the pool: later acquires fail with -ESHUTDOWN,
+ * fibers waiting in acquire wake with -ESHUTDOWN, idle resources are
+ * destroyed (here), the idle reaper ends, and then the call waits until
+ * @deadline for every resource in use (or being created) to come back;
+ * each is destroyed on release.
+ *
+ * Returns 0 once nothing is in use; -ETIMEDOUT if resources are still out
+ * at @deadline (the pool stays closed; call again to keep waiting);
+ * -ECANCELED; -EPERM outside a fiber; -EINVAL. Closing again is allowed.
+ */
+int weft_pool_close(weft_pool_t *p, int64_t deadline);
+
+/**
+ * weft_pool_destroy — free @p. Idle resources left (a pool never closed)
+ * are destroyed here. Returns 0, -EINVAL, or -EBUSY (nothing done) while
+ * resources are in use or being created, fibers wait in acquire or close,
+ * or the idle reaper runs (close the pool first). Callable outside fibers.
+ */
+int weft_pool_destroy(weft_pool_t *p);
+
+/** weft_pool_stats — fill @st with @p's counters. Returns 0 or -EINVAL. */
+int weft_pool_stats(const weft_pool_t *p, weft_pool_stats_t *st);
+
 #ifdef __cplusplus
 }
 #endif
