@@ -46,6 +46,20 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/t_*.c tests/t
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
             $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/boost_*.cpp))
 
+# PostgreSQL (connection pool part): examples/pg/wpg.c is libpq glue for
+# examples/pool_demo and the database tests tests/t_pg*.c, which build into
+# $(BUILD)/tests-pg/ (scripts/test.d/pg.sh runs them against a throw-away
+# server). Only where libpq links for this compiler (not the aarch64 cross
+# build); libweft itself never needs libpq.
+PG_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+HAVE_PQ := $(shell printf '\043include <libpq-fe.h>\nint main(void){return PQlibVersion()>0?0:1;}\n' | $(CC) -x c - $(PG_CFLAGS) -o /dev/null -lpq >/dev/null 2>&1 && echo 1)
+PG_TESTS := $(patsubst tests/%.c,$(BUILD)/tests-pg/%,$(wildcard tests/t_pg*.c))
+TESTS    := $(filter-out $(BUILD)/tests/t_pg%,$(TESTS))
+ifneq ($(HAVE_PQ),1)
+EXAMPLES := $(filter-out $(BUILD)/examples/pool_demo,$(EXAMPLES))
+PG_TESTS :=
+endif
+
 .PHONY: all lib examples tests test test-fast demo bench benches install clean deps
 all: lib examples tests ruby
 
@@ -84,6 +98,15 @@ $(filter $(BUILD)/tests/t_http%,$(TESTS)): $(HTTP_SRC) $(HTTP_HDR)
 $(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Isrc $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+
+# Database glue and tests (see PG_TESTS above).
+$(BUILD)/examples/pool_demo: examples/pg/wpg.c examples/pg/wpg.h
+$(BUILD)/examples/pool_demo: CFLAGS_ALL += $(PG_CFLAGS)
+$(BUILD)/examples/pool_demo: LDLIBS += -lpq
+tests: $(PG_TESTS)
+$(BUILD)/tests-pg/%: tests/%.c tests/harness.h examples/pg/wpg.c examples/pg/wpg.h $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(PG_CFLAGS) -Isrc -Iexamples $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) -lpq
 
 # The whole suite: installs what it needs, then every configuration.
 test:
