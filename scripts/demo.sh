@@ -84,6 +84,30 @@ if [ -f scripts/demo.d/ruby.sh ]; then
 fi
 # ---------------------------------------------------------------------------
 
+# ---- POOL SHOWCASE (connection pool part: examples/pool_demo, scripts/pg.sh)
+# Hundreds of client fibers fetch items from the HTTP server (static files
+# in a temp --root) and store each one in a throw-away PostgreSQL through a
+# pool of 2 connections; the same job sequentially for comparison; then
+# once more with simulated upstream latency. scripts/pg.sh stops the
+# database when it returns; the HTTP server is stopped here.
+pool_rc=0
+if [ -x build/examples/pool_demo ]; then
+  echo
+  echo "== weft demo 5: 200 concurrent requests, 2 PostgreSQL connections (weft_pool)"
+  mkdir -p "$tmp/www/items"
+  awk -v d="$tmp/www/items" 'BEGIN { for (i = 1; i <= 2000; i++) { f = d "/" i ".txt";
+    printf "item %d: the quick brown fox jumps over the lazy dog\n", i > f; close(f) } }'
+  start_server pool_http build/examples/http_server --port 0 --root "$tmp/www" --quiet
+  echo "PostgreSQL: a throw-away cluster on 127.0.0.1 (scripts/pg.sh)"
+  POOL_PORT=$port bash scripts/pg.sh run bash -c '
+    build/examples/pool_demo --port "$POOL_PORT" --items 2000 --concurrency 200 --pool-size 2 --compare &&
+    echo && build/examples/pool_demo --port "$POOL_PORT" --items 200 --concurrency 200 \
+      --pool-size 2 --delay-ms 10 --compare' || pool_rc=$?
+  stop_last
+  [ $pool_rc -eq 3 ] && echo "  PostgreSQL could not be started: the pool showcase did NOT run"
+fi
+# ---------------------------------------------------------------------------
+
 echo
 echo "demo done: every process it started has been stopped."
-[ $load_rc -eq 0 ]
+[ $load_rc -eq 0 ] && [ $pool_rc -eq 0 ]
