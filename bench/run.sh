@@ -11,7 +11,8 @@
 # prints the summary table, and, if gnuplot is installed, draws
 # bench/results/ratios.png.
 #
-# WEFT_BENCH_PARTS: a grep -E pattern of part names to run (default all).
+# WEFT_BENCH_PARTS: a grep -E pattern of part names to run (default all);
+#   results of groups not run are kept from the previous latest.json.
 # WEFT_BENCH_OUT: results directory (default bench/results).
 # WEFT_BENCH_FROM: a JSON-lines file of earlier results: merge and report
 #   it without running anything (to redo the table and chart).
@@ -96,6 +97,20 @@ results=$(awk '
   END { if (nout) printf "\n" }
 ' "$jsonl")
 
+# A partial run (WEFT_BENCH_PARTS) keeps the other groups' results of the
+# previous latest.json, as they were.
+partial=""
+if [ "$filter" != . ] && [ -z "${WEFT_BENCH_FROM:-}" ] && [ -f "$out/latest.json" ]; then
+  partial=$filter
+  groups=$(printf '%s\n' "$results" | grep -o '"group":"[^"]*"' | sort -u)
+  kept=$(grep '^    {"group":' "$out/latest.json" | sed 's/,[[:space:]]*$//' |
+         { if [ -n "$groups" ]; then grep -vF "$groups"; else cat; fi; })
+  if [ -n "$kept" ]; then
+    kept=$(printf '%s\n' "$kept" | sed '$!s/$/,/')
+    results=${results:+$results,$'\n'}$kept
+  fi
+fi
+
 {
   printf '{\n  "machine": {"cpu": "%s", "cores": %s, "memory_mib": %s},\n' \
     "$(esc "$cpu")" "${cores:-0}" "${mem:-0}"
@@ -103,6 +118,8 @@ results=$(awk '
   printf '  "compiler": {"gcc": "%s", "clang": "%s", "g++": "%s"},\n' \
     "$(esc "$gcc_v")" "$(esc "$clang_v")" "$(esc "$gxx_v")"
   printf '  "date": "%s",\n' "$date"
+  [ -n "$partial" ] &&
+    printf '  "partial": "only parts matching %s were run now; other results are older",\n' "$(esc "$partial")"
   printf '  "results": [\n%s\n  ]\n}\n' "$results"
 } > "$out/latest.json.tmp" && mv "$out/latest.json.tmp" "$out/latest.json"
 
