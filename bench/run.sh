@@ -162,12 +162,15 @@ if command -v gnuplot >/dev/null; then
     }
     match($0, /"ratio":[-0-9.eE+]+/) {
       r = substr($0, RSTART + 8, RLENGTH - 8)
-      printf "\"%s/%s\" %s\n", str($0, "group"), str($0, "name"), r
+      printf "\"%s/%s vs %s\" %s\n", str($0, "group"), str($0, "name"),
+        substr(str($0, "peer"), 1, 24), r
     }' > "$dat"
   if [ -s "$dat" ]; then
     n=$(wc -l < "$dat")
     gnuplot <<GP && echo "chart: $out/ratios.png" || echo "chart: gnuplot failed" >&2
-set terminal pngcairo size $((360 + 60 * n)),560 font "sans,10"
+set terminal pngcairo size $((360 + 60 * n)),720 font "sans,10"
+set bmargin 16
+set rmargin 14
 set output "$out/ratios.png"
 set title "weft vs peers — times better than the peer (> 1: weft wins)\n$(esc "$cpu"), kernel $kernel, $date"
 set style fill solid 0.8 border -1
