@@ -17,6 +17,7 @@ require "weft/notification"
 require "weft/semaphore"
 require "weft/task_limiter"
 require "weft/future"
+require "weft/pool"
 
 module Weft
   # Run the block in a fiber under a new Weft::Scheduler, run every fiber it
