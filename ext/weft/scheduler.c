@@ -413,6 +413,18 @@ static VALUE loop_body(VALUE p)
     return Qnil;
 }
 
+/* Close the reactor: no post is accepted after `closed` is set, and the
+ * ones already queued (late cross-thread unblocks) are run and freed. */
+static void finalize(rsched *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->closed = true;
+    pthread_mutex_unlock(&s->lock);
+    weft__reactor_drain_posts(&s->r);
+    s->r_live = false;
+    weft__reactor_fini(&s->r);
+}
+
 static VALUE loop_ensure(VALUE p)
 {
     struct loop_arg *a = (struct loop_arg *)p;
@@ -421,11 +433,7 @@ static VALUE loop_ensure(VALUE p)
     s->loop_fiber = a->prev_loop;
     if (!s->running && s->close_pending && s->r_live) {
         s->close_pending = false;
-        pthread_mutex_lock(&s->lock);
-        s->closed = true;
-        s->r_live = false;
-        pthread_mutex_unlock(&s->lock);
-        weft__reactor_fini(&s->r);
+        finalize(s);
     }
     return Qnil;
 }
@@ -1058,13 +1066,8 @@ static VALUE s_close(VALUE self)
         return Qnil;
     }
     run_loop(s, NULL);
-    if (!s->r_live)
-        return Qnil;
-    pthread_mutex_lock(&s->lock);
-    s->closed = true;
-    s->r_live = false;
-    pthread_mutex_unlock(&s->lock);
-    weft__reactor_fini(&s->r);
+    if (s->r_live)
+        finalize(s);
     return Qnil;
 }
 

@@ -132,6 +132,24 @@ class TestScheduler < Minitest::Test
     assert_equal 20.times.map { |i| "#{i}," }.join, got
   end
 
+  def test_gc_stress_across_hooks
+    got = []
+    weft do
+      GC.stress = true
+      begin
+        q = Thread::Queue.new
+        Fiber.schedule { got << q.pop }
+        Fiber.schedule { sleep 0.001; q << :queued }
+        Fiber.schedule { got << (Timeout.timeout(0.001) { sleep 1 } rescue :timed_out) }
+        Thread.new { q << :thread }.join
+        got << q.pop
+      ensure
+        GC.stress = false
+      end
+    end
+    assert_equal %i[queued thread timed_out], got.sort
+  end
+
   def test_gc_compact_while_fibers_wait
     skip "GC.compact not supported" unless GC.respond_to?(:compact)
     results = []
