@@ -20,8 +20,10 @@
 #define SEC 1000000000LL
 #define DL() weft_deadline_in(20 * SEC)
 
-static int port;
-static http_srv *srv;
+static int port;          /* the server the current check talks to */
+static http_srv *srv;     /* short timeouts: 408 and idle checks      */
+static http_srv *srv2;    /* default timeouts: the graceful-stop check */
+static int port1, port2;
 static char root[64];
 
 typedef struct resp {
@@ -226,7 +228,7 @@ static void slow_clients(void)
     send_str(r.fd, "GET / HTTP/1.1\r\nHo", 18);
     for (int i = 0; i < 3; i++) { /* trickle: each byte restarts nothing */
         weft_sleep(SEC / 20);
-        send_str(r.fd, "s", 1);
+        (void)weft_send(r.fd, "s", 1, 0, DL()); /* may race with the 408 */
     }
     resp p;
     CHECK_EQ(read_resp(&r, &p, 0), 0);
@@ -371,17 +373,20 @@ static void static_files(void)
     still_up();
 }
 
-/* Graceful stop with one idle and one in-flight connection. */
+/* Graceful stop with one idle and one in-flight connection (on the server
+ * with default timeouts, so a slow machine cannot turn the in-flight
+ * request into a 408). */
 static void graceful_stop(void)
 {
     static rd idle, busy;
+    port = port2;
     idle.fd = connect_srv();
     idle.have = 0;
     busy.fd = connect_srv();
     busy.have = 0;
     send_str(busy.fd, "GET / HTTP/1.1\r\nHo", 18); /* a head in progress */
     weft_sleep(SEC / 50);                           /* both are now waiting */
-    http_srv_stop(srv);
+    http_srv_stop(srv2);
     expect_eof(&idle);                              /* idle: closed at once */
     send_str(busy.fd, "st: t\r\n\r\n", 9);
     resp p;
@@ -400,19 +405,24 @@ static void *main_fiber(void *arg)
     (void)arg;
     int lfd = weft_tcp_listen("127.0.0.1", 0, 0, 1);
     CHECK(lfd >= 0);
-    port = weft_local_port(lfd);
+    port = port1 = weft_local_port(lfd);
     CHECK(port > 0);
     http_srv_opts o = {0};
     o.root = root;
     o.header_timeout_ns = SEC / 2;
     o.idle_timeout_ns = SEC / 2;
     CHECK_EQ(http_srv_start(&srv, lfd, &o), 0);
+    int lfd2 = weft_tcp_listen("127.0.0.1", 0, 0, 1);
+    CHECK(lfd2 >= 0);
+    port2 = weft_local_port(lfd2);
+    CHECK_EQ(http_srv_start(&srv2, lfd2, NULL), 0);
 
     bad_inputs();
     slow_clients();
     pipelining();
     concurrent();
     static_files();
+    http_srv_stop(srv);
     graceful_stop();
     return NULL;
 }
@@ -437,6 +447,9 @@ int main(void)
     CHECK_EQ(st.open, 0);
     CHECK(st.timed_out >= 1);
     http_srv_free(srv);
+    http_srv_get_stats(srv2, &st);
+    CHECK_EQ(st.open, 0);
+    http_srv_free(srv2);
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
