@@ -22,8 +22,9 @@ if [ -z "$bin" ]; then
   done
 fi
 
-as_owner() { # run a command as the cluster owner
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+as_owner() { # run a command as the cluster owner (from /: the caller's
+  # directory may be closed to that user; every path given is absolute)
+  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 free_port() {
