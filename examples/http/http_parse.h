@@ -35,7 +35,7 @@ typedef struct http_limits {
  * headers, 1 MiB body. */
 extern const http_limits http_default_limits;
 
-typedef enum http_method {
+typedef enum {
     HTTP_M_GET = 1,
     HTTP_M_HEAD,
     HTTP_M_OTHER,   /* a standard method (POST, PUT, ...): server says 405 */
