@@ -12,7 +12,8 @@
 #   scripts/pg.sh stop DIR            stop the cluster in DIR, remove DIR
 #
 # Exit status 3 means the server could not be started (the reason is
-# printed); callers decide whether that is a skip or a failure.
+# printed); callers decide whether that is a skip or a failure. (With run,
+# a command's own exit status 3 is reported as 1.)
 # WEFT_PG_BIN overrides /usr/lib/postgresql/15/bin.
 set -u
 bin=${WEFT_PG_BIN:-}
@@ -82,7 +83,9 @@ case "$cmd" in
     trap 'exit 130' INT TERM
     export WEFT_PG_CONNINFO=$conninfo WEFT_PG_DIR=$dir
     "$@"
-    exit $? ;;
+    rc=$?
+    [ $rc -eq 3 ] && rc=1 # 3 is reserved for "the server did not start"
+    exit $rc ;;
   start)
     pg_start || exit 3
     printf 'export WEFT_PG_CONNINFO=%q\nexport WEFT_PG_DIR=%q\n' "$conninfo" "$dir" ;;
