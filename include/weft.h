@@ -112,7 +112,10 @@ typedef struct weft_sched_opts {
  * Fork: in a child process the thread that called fork() has no scheduler
  * (the parent's ring, epoll set and eventfd are closed in the child, which
  * does not affect the parent's); the parent's fibers do not run there. The
- * child may create a new scheduler. Unless disabled, and only when the process's SIGSEGV
+ * child may create a new scheduler. A child forked inside a fiber is outside
+ * any fiber (blocking calls return -EPERM); if it returns from that fiber's
+ * function, the child process exits with status 0 (exit(3)), as if main()
+ * had returned. Unless disabled, and only when the process's SIGSEGV
  * disposition is still the default, a handler is installed that reports a
  * fiber stack overflow with a clear message before the process dies with
  * SIGSEGV as it would have anyway.
@@ -216,10 +219,12 @@ typedef struct weft_spawn_opts {
  *       weft_join() or weft_detach(). If NULL, the fiber is detached: it is
  *       freed as soon as it returns.
  *
- * Callable from a fiber or from the thread outside fibers (before or
- * between weft_sched_run() calls). Returns 0, -EINVAL (NULL @fn, bad stack
- * size), -ENOMEM, or -EPERM when called from a thread that does not own
- * the scheduler.
+ * The fiber belongs to the calling thread's scheduler (created on first
+ * use, see weft_sched_self()), and runs when that thread runs it; to start
+ * work on another thread's loop, use weft_sched_post(). Callable from a
+ * fiber or from the thread outside fibers (before or between
+ * weft_sched_run() calls). Returns 0, -EINVAL (NULL @fn, bad stack size),
+ * -ENOMEM.
  */
 int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
                weft_fiber_t *out);
@@ -239,7 +244,8 @@ int weft_in_fiber(void);
  *
  * Also gives the event loop a chance to poll for I/O and timers when fibers
  * keep each other busy. Returns 0, -ECANCELED if the fiber was cancelled,
- * -EPERM outside a fiber.
+ * -ETIMEDOUT inside a timeout scope whose deadline has passed, -EPERM
+ * outside a fiber.
  */
 int weft_yield(void);
 
@@ -265,15 +271,18 @@ int weft_sleep(int64_t ns);
  *
  * On success the handle is consumed. Returns 0; -ETIMEDOUT when @deadline
  * passes first (the handle stays valid); -ECANCELED; -EDEADLK when @f is
- * the caller; -ESRCH for a handle that is unknown, already joined or
- * detached; -EINVAL if another fiber is already joining @f; -EPERM outside
- * a fiber.
+ * the caller; -ESRCH for a handle that is unknown or already joined (or
+ * whose detached fiber has finished); -EINVAL if @f is detached or another
+ * fiber is already joining it; -EPERM outside a fiber.
  */
 int weft_join(weft_fiber_t f, void **result, int64_t deadline);
 
 /**
  * weft_detach — give up the handle: the fiber is freed when it finishes
- * (at once if it already has). Returns 0 or -ESRCH for a stale handle.
+ * (at once if it already has). A detached fiber can still be cancelled and
+ * unparked through its handle (as weft_self() gives it) while it lives.
+ * Returns 0, -ESRCH for a stale handle, -EINVAL if already detached or
+ * another fiber is joining it.
  */
 int weft_detach(weft_fiber_t f);
 
@@ -1259,7 +1268,7 @@ int weft_pool_create(weft_pool_t **out, const weft_pool_ops_t *ops,
  * errno the create callback returned (nothing is retried: the caller
  * decides); -ESHUTDOWN when the pool is or gets closed; -ECANCELED;
  * -EPERM outside a fiber; -EINVAL. Blocks (switches fibers) only when it
- * waits or create does.
+ * waits, or when create or validate does.
  */
 int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease,
                       int64_t deadline);
