@@ -525,6 +525,31 @@ static void test_close(void)
     free(e);
 }
 
+/* ---- close while a create is in progress ------------------------------- */
+static void test_close_during_create(void)
+{
+    env_t *e = env_new();
+    e->create_sleep = 5; /* create yields 5 times */
+    weft_pool_t *p = mkpool(e, &ops, 1, 0, 0, 0);
+    weft_fiber_t a, b;
+    void *r;
+    CHECK_EQ(weft_spawn(acquire_forever, p, NULL, &a), 0); /* creates */
+    CHECK_EQ(weft_spawn(acquire_forever, p, NULL, &b), 0); /* waits */
+    CHECK_EQ(weft_yield(), 0);
+    weft_pool_stats_t st;
+    CHECK_EQ(weft_pool_stats(p, &st), 0);
+    CHECK_EQ(st.creating, 1);
+    CHECK_EQ(st.size, 1);
+    CHECK_EQ(weft_pool_close(p, WEFT_FOREVER), 0); /* waits for the create */
+    CHECK_EQ(weft_join(a, &r, WEFT_FOREVER), 0);
+    CHECK_EQ((long)r, -ESHUTDOWN); /* made, then destroyed: pool closed */
+    CHECK_EQ(weft_join(b, &r, WEFT_FOREVER), 0);
+    CHECK_EQ((long)r, -ESHUTDOWN);
+    CHECK_EQ(e->ncreated, 1);
+    CHECK_EQ(e->all[0]->destroyed, 1);
+    finish(p, e);
+}
+
 static void *main_fiber(void *arg)
 {
     (void)arg;
@@ -537,6 +562,7 @@ static void *main_fiber(void *arg)
     test_create_failure();
     test_use_timeout();
     test_close();
+    test_close_during_create();
     return NULL;
 }
 
