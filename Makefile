@@ -164,7 +164,10 @@ ruby:
 endif
 lib/weft/weft.so: $(RUBY_EXT_DEPS)
 	@mkdir -p build/ruby
-	cd build/ruby && $(RUBY) $(CURDIR)/ext/weft/extconf.rb >/dev/null && $(MAKE) --no-print-directory -s V=0 >/dev/null
+	@# extconf again when it or the set of files changed (directory mtimes)
+	cd build/ruby && { for d in ../../src ../../src/arch ../../include ../../ext/weft/extconf.rb; do \
+	    [ Makefile -nt $$d ] || rm -f Makefile; done; [ -f Makefile ] || $(RUBY) $(CURDIR)/ext/weft/extconf.rb >/dev/null; } \
+	  && $(MAKE) --no-print-directory -s V=0 >/dev/null
 	cp build/ruby/weft.so $@
 test-ruby: ruby
 	@bash scripts/test.d/ruby.sh

@@ -39,6 +39,15 @@ $objs << asm.sub(/\.S\z/, ".#{$OBJEXT}") if asm
 
 create_makefile("weft/weft")
 
+# mkmf's objects depend on their .c only: make every object depend on
+# weft's headers (struct layouts are shared by all of them) and on this
+# Makefile (its flags), so an incremental build never mixes layouts.
+headers = (Dir[File.join(src, "**", "*.h")] + Dir[File.join(inc, "*.h")]).sort
+File.open("Makefile", "a") do |mk|
+  mk.puts
+  mk.puts "$(OBJS): #{headers.join(" ")} Makefile"
+end
+
 if asm
   File.open("Makefile", "a") do |mk|
     mk.puts

@@ -101,7 +101,7 @@ struct rsched {
 };
 
 static VALUE mWeft, cScheduler, eWeftError, cFiber;
-static ID id_new, id_fileno;
+static ID id_new;
 static int pread_offset_encoded, pwrite_offset_encoded;
 static volatile unsigned fork_generation;
 
@@ -1183,7 +1183,6 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     id_new = rb_intern("new");
     cFiber = rb_const_get(rb_cObject, rb_intern("Fiber"));
     rb_gc_register_mark_object(cFiber);
-    id_fileno = rb_intern("fileno");
     mWeft = rb_define_module("Weft");
     eWeftError = rb_define_class_under(mWeft, "Error", rb_eStandardError);
     cScheduler = rb_define_class_under(mWeft, "Scheduler", rb_cObject);

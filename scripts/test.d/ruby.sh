@@ -22,7 +22,9 @@ else
   label="ruby-$ver"
   bdir=build/ruby-$ver
   mkdir -p "$bdir/obj" "$bdir/lib/weft"
-  if ! ( cd "$bdir/obj" && "$ruby" "$OLDPWD/ext/weft/extconf.rb" >/dev/null && make -s V=0 >/dev/null ) ; then
+  ext=$PWD/ext/weft/extconf.rb
+  for d in src src/arch include "$ext"; do [ "$bdir/obj/Makefile" -nt "$d" ] || rm -f "$bdir/obj/Makefile"; done
+  if ! ( cd "$bdir/obj" && { [ -f Makefile ] || "$ruby" "$ext" >/dev/null; } && make -s V=0 >/dev/null ) ; then
     echo "[$label] 0 passed, 1 failed: extension build"
     [ -n "${WEFT_TEST_TALLY:-}" ] && echo "0 1" >> "$WEFT_TEST_TALLY"; exit 1
   fi
