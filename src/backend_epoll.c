@@ -70,8 +70,11 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
 {
     struct epoll_event evs[EP_BATCH];
     int n;
-    static int no_pwait2;
-    if (!no_pwait2) {
+    /* epoll_pwait2 (Linux 5.11) takes a nanosecond timeout; without it
+     * (ENOSYS, or EPERM/EINVAL from a seccomp profile that predates it)
+     * epoll_wait with the timeout rounded up to milliseconds. */
+    static atomic_int no_pwait2;
+    if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
         struct timespec ts, *tp = NULL;
         if (timeout_ns >= 0) {
             ts.tv_sec = timeout_ns / 1000000000;
@@ -79,8 +82,9 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
             tp = &ts;
         }
         n = epoll_pwait2(r->bfd, evs, EP_BATCH, tp, NULL);
-        if (n < 0 && errno == ENOSYS) {
-            no_pwait2 = 1;
+        if (n < 0 && (errno == ENOSYS || errno == EPERM || errno == EINVAL ||
+                      errno == EOPNOTSUPP)) {
+            atomic_store(&no_pwait2, 1);
             return ep_poll(r, timeout_ns);
         }
     } else {

@@ -57,18 +57,31 @@ typedef struct ustate {
     struct io_uring ring;
     uop *free;
     uop *all;                /* every record ever allocated            */
+    uop *cancels;            /* cancels that found no free SQE yet     */
     bool wake_armed;
     bool have_ext_arg;
+    bool inner;              /* reaping from inside get_sqe            */
+    bool wake_deferred;      /* the eventfd fired during an inner reap */
 } ustate;
+
+static void reap(weft__reactor *r);
 
 static ustate *S(weft__reactor *r) { return r->bstate; }
 
-static struct io_uring_sqe *get_sqe(ustate *st)
+static struct io_uring_sqe *get_sqe(weft__reactor *r)
 {
+    ustate *st = S(r);
     struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
-    if (WEFT_UNLIKELY(!sqe)) {
-        /* SQ full: hand what is queued to the kernel and try again. */
-        io_uring_submit(&st->ring);
+    for (int tries = 0; WEFT_UNLIKELY(!sqe) && tries < 8; tries++) {
+        /* SQ full: hand what is queued to the kernel. If the kernel will
+         * not take it (-EBUSY: completions back up), make room by reaping
+         * first; wake-ups only queue fibers, and posted callbacks are
+         * left for the loop. */
+        if (io_uring_submit(&st->ring) < 0 && !st->inner) {
+            st->inner = true;
+            reap(r);
+            st->inner = false;
+        }
         sqe = io_uring_get_sqe(&st->ring);
     }
     return sqe;
@@ -77,7 +90,7 @@ static struct io_uring_sqe *get_sqe(ustate *st)
 static int arm_wake(weft__reactor *r)
 {
     ustate *st = S(r);
-    struct io_uring_sqe *sqe = get_sqe(st);
+    struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe)
         return -EBUSY;
     io_uring_prep_poll_multishot(sqe, r->wakefd, POLLIN);
@@ -224,10 +237,10 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     uop *u = uop_get(st);
     if (!u)
         return -ENOMEM;
-    struct io_uring_sqe *sqe = get_sqe(st);
+    struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe) {
         uop_put(st, u);
-        return -EBUSY;
+        return -EAGAIN;
     }
     u->op = (uint8_t)d->op;
     u->vg_buf = NULL;
@@ -237,14 +250,17 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     u->vg_alen = NULL;
     u->vg_addr = NULL;
     uint64_t off = d->off < 0 ? (uint64_t)-1 : (uint64_t)d->off;
+    /* The SQE's length is 32 bits: a larger request becomes a short
+     * transfer (the kernel's own limit per call), which the API allows. */
+    size_t len = d->len > 0x7ffff000 ? 0x7ffff000 : d->len;
     switch (d->op) {
     case WEFT__OP_READ:
-        io_uring_prep_read(sqe, d->fd, d->buf, (unsigned)d->len, off);
+        io_uring_prep_read(sqe, d->fd, d->buf, (unsigned)len, off);
         u->vg_buf = d->buf;
-        u->vg_len = d->len;
+        u->vg_len = len;
         break;
     case WEFT__OP_WRITE:
-        io_uring_prep_write(sqe, d->fd, d->buf, (unsigned)d->len, off);
+        io_uring_prep_write(sqe, d->fd, d->buf, (unsigned)len, off);
         break;
     case WEFT__OP_READV:
         io_uring_prep_readv(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
@@ -255,12 +271,12 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         io_uring_prep_writev(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
         break;
     case WEFT__OP_RECV:
-        io_uring_prep_recv(sqe, d->fd, d->buf, d->len, d->flags);
+        io_uring_prep_recv(sqe, d->fd, d->buf, len, d->flags);
         u->vg_buf = d->buf;
-        u->vg_len = d->len;
+        u->vg_len = len;
         break;
     case WEFT__OP_SEND:
-        io_uring_prep_send(sqe, d->fd, d->buf, d->len, d->flags | MSG_NOSIGNAL);
+        io_uring_prep_send(sqe, d->fd, d->buf, len, d->flags | MSG_NOSIGNAL);
         break;
     case WEFT__OP_RECVMSG:
     case WEFT__OP_SENDMSG:
@@ -305,14 +321,39 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     return 0;
 }
 
+static bool queue_cancel(weft__reactor *r, uop *u)
+{
+    struct io_uring_sqe *sqe = get_sqe(r);
+    if (!sqe)
+        return false;
+    io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)u, 0);
+    io_uring_sqe_set_data64(sqe, IGNORE_UD);
+    return true;
+}
+
 static void ur_op_cancel(weft__reactor *r, weft__wait *w)
 {
     ustate *st = S(r);
     uop *u = w->op;
-    struct io_uring_sqe *sqe = get_sqe(st);
+    struct io_uring_sqe *sqe = get_sqe(r);
+    if (w->op != u) {
+        /* It completed during a reap inside get_sqe and its record may
+         * already serve another op: cancel nothing. */
+        if (sqe) {
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data64(sqe, IGNORE_UD);
+        }
+        return;
+    }
     if (sqe) {
         io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)u, 0);
         io_uring_sqe_set_data64(sqe, IGNORE_UD);
+    } else {
+        /* No SQE to be had right now: the loop retries before it enters
+         * the kernel again (an in-flight record's free-list link is
+         * unused, so it carries the pending list). */
+        u->next = st->cancels;
+        st->cancels = u;
     }
     if (u->op == WEFT__OP_POLL) {
         /* Nothing of the waiter's is in the kernel's hands: let go. */
@@ -348,14 +389,23 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
         return;
     if (ud == WAKE_UD) {
         if (!(flags & IORING_CQE_F_MORE))
-            st->wake_armed = false; /* re-armed below, after the drain */
-        weft__reactor_drain_posts(r);
-        if (!st->wake_armed)
-            arm_wake(r);
+            st->wake_armed = false; /* re-armed before the next enter */
+        if (st->inner)
+            st->wake_deferred = true; /* posts run on the loop's stack */
+        else
+            weft__reactor_drain_posts(r);
         return;
     }
     uop *u = (uop *)(uintptr_t)ud;
     weft__wait *w = u->h.wait;
+    if (WEFT_UNLIKELY(st->cancels != NULL)) {
+        /* completed before its pending cancel went out: drop the cancel */
+        for (uop **pp = &st->cancels; *pp; pp = &(*pp)->next)
+            if (*pp == u) {
+                *pp = u->next;
+                break;
+            }
+    }
 #ifdef WEFT_VALGRIND
     /* The kernel wrote these behind Valgrind's back. */
     if (res > 0 && u->vg_buf)
@@ -426,6 +476,20 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
     ustate *st = S(r);
     struct io_uring *ring = &st->ring;
     int rc = 0;
+    /* Work that found the SQ full earlier: pending cancels, the
+     * cross-thread wake-up poll, posts seen during an inner reap. */
+    while (st->cancels) {
+        uop *u = st->cancels;
+        if (!queue_cancel(r, u))
+            break;
+        st->cancels = u->next;
+    }
+    if (!st->wake_armed)
+        arm_wake(r);
+    if (st->wake_deferred) {
+        st->wake_deferred = false;
+        weft__reactor_drain_posts(r);
+    }
     if (timeout_ns == 0 || io_uring_cq_ready(ring)) {
         if (io_uring_sq_ready(ring))
             rc = io_uring_submit(ring);

@@ -99,6 +99,11 @@ typedef struct weft__stack_cache {
 } weft__stack_cache;
 
 size_t weft__page_size(void);
+/* Bytes of guard below every stack: several pages, so that a frame larger
+ * than a page (a big local array, without -fstack-clash-protection) still
+ * lands in the guard instead of jumping it into the neighbouring stack.
+ * With MADV_GUARD_INSTALL a guard costs neither memory nor a VMA. */
+size_t weft__guard_size(void);
 int weft__stack_get(weft__stack_cache *c, size_t map_size, weft__stack *out);
 void weft__stack_put(weft__stack_cache *c, weft__stack *st);
 void weft__stack_cache_fini(weft__stack_cache *c);
@@ -192,7 +197,6 @@ typedef struct weft__fdstate {
     uint32_t interest;    /* poll backend: union of waiters' events         */
     int32_t pidx;         /* poll backend: index in pollfd array, -1 none   */
     uint8_t registered;   /* epoll: added to the set                        */
-    uint8_t ready;        /* edge-triggered readiness seen with no waiter   */
     uint8_t kind;         /* WEFT__FD_UNKNOWN / SOCKET / OTHER              */
     uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
     uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
@@ -371,6 +375,7 @@ struct weft_sched {
     unsigned tick;
     pthread_t owner;
     bool running;
+    bool forked;              /* this is a fork child's copy: see sched.c */
     /* overflow reporter */
     void *altstack;
     size_t altstack_size;

@@ -163,6 +163,11 @@ static int begin(int fd, int64_t deadline)
         return rc;
     if (fd < 0)
         return -EBADF;
+    /* Beyond the table: make sure the descriptor exists before growing
+     * the table to its number (a bogus huge number is -EBADF, not a
+     * gigabyte memset). */
+    if (fd >= weft__sched_tls()->r.nfds && fcntl(fd, F_GETFD) < 0)
+        return -EBADF;
     if (!fdst(fd))
         return -ENOMEM;
     return 0;
@@ -584,10 +589,24 @@ int weft_close(int fd)
         weft__wait w;
         weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
         w.nocancel = true;
-        int rc = weft__wait_arm_op(&w, &d);
+        int rc = fd < s->r.nfds ? weft__wait_arm_op(&w, &d) : -EBADF;
         if (rc == 0) {
             weft__block(&w);
-            return w.op_res == -EINTR ? 0 : w.op_res;
+            /* Only the close's own completion ends this wait (it is not
+             * linked to the descriptor, cannot be cancelled and has no
+             * deadline); stay defensive all the same. */
+            while (w.op) {
+                weft__wait w2;
+                weft__wait_init(&w2, &s->r, weft__fiber_wake, s->current);
+                w2.nocancel = true;
+                weft__wait_move_op(&w, &w2);
+                weft__block(&w2);
+                w.op_done = w2.op_done;
+                w.op_res = w2.op_res;
+            }
+            if (w.op_done)
+                return w.op_res == -EINTR ? 0 : w.op_res;
+            return 0;
         }
         weft__wait_complete(&w, rc);
     }

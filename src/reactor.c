@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,8 +126,15 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
     if (!st)
         return -ENOMEM;
     if (st->always_ready) {
-        weft__wait_complete(w, (int)events);
-        return 0;
+        /* Set for regular files; re-checked because the number may have
+         * been closed behind weft's back and reused by something that
+         * can block (a spin on EAGAIN otherwise). */
+        struct stat sb;
+        if (fstat(fd, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode))) {
+            weft__wait_complete(w, (int)events);
+            return 0;
+        }
+        st->always_ready = 0;
     }
     if (weft__reactor_has_ops(r)) {
         /* Completion backends wait for readiness with a poll op. */
@@ -176,8 +184,9 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
     if (rc < 0)
         return rc;
     /* Linked to its descriptor (for polls with their events, so nothing
-     * else matches) so that closing the descriptor ends the wait. */
-    if (d->fd >= 0)
+     * else matches) so that closing the descriptor ends the wait — except
+     * the close itself, which nothing may end but its own completion. */
+    if (d->fd >= 0 && d->op != WEFT__OP_CLOSE)
         fd_link(r, w, d->fd, d->op == WEFT__OP_POLL ? d->events : 0);
     return 0;
 }

@@ -307,6 +307,12 @@ static void fls_run_destructors(weft__fiber *f)
 
 static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
 {
+    if (WEFT_UNLIKELY(s->forked)) {
+        /* A fork child returning from the fiber that forked: the other
+         * fibers are the parent's and must not run here. The child ends
+         * as if its main() had returned. */
+        exit(0);
+    }
     fls_run_destructors(f);
     weft__slot *sl = &s->slots[f->slot];
     if (sl->state == SLOT_DETACHED) {
@@ -354,7 +360,7 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
     if (rc < 0)
         return rc;
     weft__stack st;
-    rc = weft__stack_get(&s->stacks, want + page, &st);
+    rc = weft__stack_get(&s->stacks, want + weft__guard_size(), &st);
     if (rc < 0) {
         s->slots[idx].state = SLOT_LIVE; /* so slot_free keeps counts right */
         s->handles++;
@@ -600,6 +606,7 @@ static void atfork_child(void)
         return;
     weft__reactor_abandon(&s->r);
     weft__overflow_remove(s);
+    s->forked = true;
     tls_sched = NULL;
 }
 
@@ -627,7 +634,7 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     s->default_stack = o.stack_size ? (o.stack_size + page - 1) & ~(page - 1)
                                     : DEFAULT_STACK;
     s->stacks.limit = o.stack_cache ? o.stack_cache : 1024;
-    s->stacks.map_size = s->default_stack + page;
+    s->stacks.map_size = s->default_stack + weft__guard_size();
     s->free_slot = UINT32_MAX;
     s->owner = pthread_self();
     s->main.is_main = 1;

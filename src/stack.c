@@ -41,6 +41,12 @@ size_t weft__page_size(void)
     return page;
 }
 
+size_t weft__guard_size(void)
+{
+    size_t page = weft__page_size();
+    return page > 65536 ? page : 65536;
+}
+
 /* With transparent huge pages set to "always", an anonymous mapping may be
  * backed by a 2 MiB page on first touch; stacks ask for small pages. */
 static bool need_nohugepage(void)
@@ -77,15 +83,15 @@ static bool page_faults(const void *p)
     return faults;
 }
 
-static void install_guard(weft__stack_cache *c, weft__stack *st, size_t page)
+static void install_guard(weft__stack_cache *c, weft__stack *st, size_t guard)
 {
     int mode = atomic_load(&guard_mode);
     if (mode != 2) {
-        if (madvise(st->base, page, MADV_GUARD_INSTALL) == 0 &&
+        if (madvise(st->base, guard, MADV_GUARD_INSTALL) == 0 &&
             (mode == 1 || page_faults(st->base))) {
             if (!mode)
                 atomic_store(&guard_mode, 1);
-            st->guard = page;
+            st->guard = guard;
             return;
         }
         if (mode == 1 && errno == ENOMEM) {
@@ -94,15 +100,14 @@ static void install_guard(weft__stack_cache *c, weft__stack *st, size_t page)
         }
         atomic_store(&guard_mode, 2);
     }
-    if (mprotect(st->base, page, PROT_NONE) == 0)
-        st->guard = page;
+    if (mprotect(st->base, guard, PROT_NONE) == 0)
+        st->guard = guard;
     else
         c->unguarded++;
 }
 
 static int stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
 {
-    size_t page = weft__page_size();
     void *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
                    -1, 0);
@@ -113,7 +118,7 @@ static int stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
     out->guard = 0;
     if (need_nohugepage())
         (void)madvise(p, map_size, MADV_NOHUGEPAGE);
-    install_guard(c, out, page);
+    install_guard(c, out, weft__guard_size());
 #ifdef WEFT_VALGRIND
     out->vg_id = VALGRIND_STACK_REGISTER(out->base + out->guard,
                                          out->base + map_size);

@@ -1,6 +1,7 @@
 /*
  * tool_deny_uring — run a program with io_uring_setup(2) denied (EPERM), as
  * a seccomp filter in a container would: `tool_deny_uring PROG ARGS...`.
+ * epoll_pwait2(2) is denied too, as by container profiles older than it.
  * tests/run.sh uses it for the "uring-denied" configuration, where every
  * test must pass on the epoll fallback.
  */
@@ -23,6 +24,9 @@
 #ifndef __NR_io_uring_setup
 #define __NR_io_uring_setup 425
 #endif
+#ifndef __NR_epoll_pwait2
+#define __NR_epoll_pwait2 441
+#endif
 
 int main(int argc, char **argv)
 {
@@ -36,7 +40,8 @@ int main(int argc, char **argv)
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_epoll_pwait2, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
