@@ -50,6 +50,8 @@
 #define HANDOFF_MAX 64
 /* Loop dispatches between non-blocking polls while fibers stay ready. */
 #define POLL_EVERY 64
+/* Period of the closed-IO sweep while descriptors are waited on. */
+#define SWEEP_NS (200 * 1000000LL)
 
 enum { RW_IO = 1, RW_SLEEP, RW_BLOCK, RW_YIELD };
 
@@ -97,11 +99,13 @@ struct rsched {
     int handoffs;
     uint64_t ticks;
     weft_backend_t backend;
+    weft__timer sweep_timer;   /* bounds a blocking poll while fds wait  */
+    int64_t next_sweep;
     bool r_live, running, closed, close_pending;
 };
 
 static VALUE mWeft, cScheduler, eWeftError, cFiber;
-static ID id_new;
+static ID id_new, id_closed_p;
 static int pread_offset_encoded, pwrite_offset_encoded;
 static volatile unsigned fork_generation;
 
@@ -194,6 +198,7 @@ static VALUE s_alloc(VALUE klass)
     pthread_mutex_init(&s->lock, NULL);
     s->fork_gen = fork_generation;
     s->pid = getpid();
+    s->sweep_timer.idx = WEFT__TIMER_IDLE;
     return obj;
 }
 
@@ -232,6 +237,7 @@ static void fork_reset(rsched *s)
     }
     s->running = false;
     s->loop_fiber = Qnil;
+    s->sweep_timer.idx = WEFT__TIMER_IDLE; /* its heap was abandoned */
 }
 
 static inline void check_fork(rsched *s)
@@ -365,8 +371,43 @@ static void poll_ubf(void *p)
     (void)weft__reactor_post(&s->r, noop_post, NULL);
 }
 
+static bool io_closed(VALUE io)
+{
+    return RTEST(rb_funcall(io, id_closed_p, 0));
+}
+
+static void sweep_timer_fired(weft__timer *t) { (void)t; }
+
+/* Ruby < 4.0 closes an IO without telling the scheduler (no io_close
+ * hook): the kernel then drops the epoll registration silently and a fiber
+ * waiting on it would wait forever. Every SWEEP_NS while descriptors are
+ * waited on, wake the waiters of IOs that were closed, with EBADF. */
+static void maybe_sweep(rsched *s)
+{
+    if (!s->r.nfd_waits)
+        return;
+    int64_t now = weft_now();
+    if (now >= s->next_sweep) {
+        s->next_sweep = now + SWEEP_NS;
+        int n = s->nfdi < s->r.nfds ? s->nfdi : s->r.nfds;
+        for (int fd = 0; fd < n; fd++) {
+            VALUE io = s->fdi[fd].io;
+            if (s->r.fds[fd].head && !NIL_P(io) && io_closed(io)) {
+                s->fdi[fd].io = Qnil;
+                weft__reactor_fd_close(&s->r, fd, -EBADF);
+            }
+        }
+    }
+    if (s->sweep_timer.idx == WEFT__TIMER_IDLE) {
+        s->sweep_timer.fire = sweep_timer_fired;
+        s->sweep_timer.deadline = s->next_sweep;
+        (void)weft__heap_push(&s->r.timers, &s->sweep_timer);
+    }
+}
+
 static void poll_blocking(rsched *s)
 {
+    maybe_sweep(s);
     /* Collect what is ready now without giving up the GVL: releasing and
      * re-taking it costs far more than one extra non-blocking poll. */
     (void)weft__reactor_run_once(&s->r, false);
@@ -402,8 +443,10 @@ static VALUE loop_body(VALUE p)
                 break;
             s->handoffs = 0;
             rb_fiber_transfer(rw->fiber, 0, NULL);
-            if ((++s->ticks % POLL_EVERY) == 0)
+            if ((++s->ticks % POLL_EVERY) == 0) {
                 (void)weft__reactor_run_once(&s->r, false);
+                maybe_sweep(s);
+            }
             continue;
         }
         if (!a->until && s->r.nwaits == 0)
@@ -417,6 +460,8 @@ static VALUE loop_body(VALUE p)
  * ones already queued (late cross-thread unblocks) are run and freed. */
 static void finalize(rsched *s)
 {
+    if (s->sweep_timer.idx != WEFT__TIMER_IDLE)
+        weft__heap_remove(&s->r.timers, &s->sweep_timer);
     pthread_mutex_lock(&s->lock);
     s->closed = true;
     pthread_mutex_unlock(&s->lock);
@@ -610,6 +655,7 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
 {
     if (fd < 0)
         rb_syserr_fail(EBADF, "weft: bad descriptor");
+    io = rb_io_get_io(io);
     if (fd >= s->nfdi) {
         int n = s->nfdi ? s->nfdi : 64;
         while (n <= fd)
@@ -626,6 +672,10 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         weft__fdstate *st = weft__fd(&s->r, fd);
         if (!st)
             rb_memerror();
+        /* Waiters left by an IO that was closed under them (the number was
+         * reused since): they get EBADF; the new IO starts afresh. */
+        if (st->head && (NIL_P(fi->io) || io_closed(fi->io)))
+            weft__reactor_fd_close(&s->r, fd, -EBADF);
         if (!st->head)
             weft__reactor_fd_new(&s->r, fd);
         fi->io = io;
@@ -1181,6 +1231,7 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
         atfork_done = 1;
     }
     id_new = rb_intern("new");
+    id_closed_p = rb_intern("closed?");
     cFiber = rb_const_get(rb_cObject, rb_intern("Fiber"));
     rb_gc_register_mark_object(cFiber);
     mWeft = rb_define_module("Weft");

@@ -168,6 +168,44 @@ class TestIO < Minitest::Test
     end
   end
 
+  # Ruby < 4.0 has no io_close hook: the scheduler notices the close itself.
+  def test_plain_close_while_another_fiber_waits
+    weft do |s|
+      r, w = IO.pipe
+      error = nil
+      Fiber.schedule do
+        r.read(1)
+      rescue IOError, SystemCallError => e
+        error = e
+      end
+      r.close
+      w.close
+      sleep 0.01 until error
+      assert_kind_of StandardError, error
+      assert_quiet(s)
+    end
+  end
+
+  def test_server_close_stops_an_accept_loop
+    weft do
+      server = TCPServer.new("127.0.0.1", 0)
+      stopped = false
+      Fiber.schedule do
+        loop { server.accept.close }
+      rescue IOError, SystemCallError
+        stopped = true
+      end
+      TCPSocket.new("127.0.0.1", server.addr[1]).close
+      server.close
+      sleep 0.01 until stopped
+      # the number may be reused at once by a new descriptor that must work
+      r, w = IO.pipe
+      Fiber.schedule { sleep 0.01; w.write("!") }
+      assert_equal "!", r.read(1)
+      [r, w].each(&:close)
+    end
+  end
+
   def test_fd_number_reused_by_another_io
     weft do
       r, w = IO.pipe
