@@ -370,6 +370,10 @@ static void static_files(void)
     CHECK_EQ(get("/sub", &p), 404);           /* directories are not served */
     CHECK_EQ(get("/missing", &p), 404);
     CHECK_EQ(get("/bad%zz", &p), 400);
+    CHECK_EQ(get("http://t/hello.txt", &p), 200); /* absolute-form */
+    CHECK(strcmp(p.body, "file body\n") == 0);
+    CHECK_EQ(get("http://t", &p), 200);
+    CHECK(strcmp(p.body, "Hello, World!") == 0);
     still_up();
 }
 

@@ -304,14 +304,36 @@ static ssize_t sendfile_nosigpipe(int out, int in, off_t *off, size_t n)
     return k;
 }
 
+/* The path of a request target: an absolute-form target
+ * ("http://host/x", which servers must accept) is reduced to "/x". */
+static void target_path(const http_req *r, const char **p, size_t *n)
+{
+    *p = r->target;
+    *n = r->target_len;
+    if (*n > 0 && **p != '/' && **p != '*') {
+        const char *sl = memchr(*p, '/', *n);          /* "http:/" */
+        if (sl && sl + 1 < *p + *n && sl[1] == '/') {
+            const char *q = memchr(sl + 2, '/', (size_t)(*p + *n - (sl + 2)));
+            if (q) {
+                *n -= (size_t)(q - *p);
+                *p = q;
+            } else {
+                *p = "/";
+                *n = 1;
+            }
+        }
+    }
+}
+
 /* Answer GET/HEAD of a file. Returns 0, or -1 when the connection broke. */
 static int serve_file(conn *c, const http_req *r, int keep)
 {
     http_srv *s = c->srv;
     char path[4096];
-    int status = s->rootfd < 0 ? 404
-                               : target_to_path(r->target, r->target_len, path,
-                                                sizeof path);
+    const char *tp;
+    size_t tn;
+    target_path(r, &tp, &tn);
+    int status = s->rootfd < 0 ? 404 : target_to_path(tp, tn, path, sizeof path);
     int ffd = -1;
     struct stat sb;
     if (status == 0) {
@@ -419,7 +441,10 @@ static void *conn_main(void *arg)
                 lingering = 1;
                 goto out;
             }
-            if (req.target_len == 1 && req.target[0] == '/') {
+            const char *tp;
+            size_t tn;
+            target_path(&req, &tp, &tn);
+            if (tn == 1 && tp[0] == '/') {
                 /* The hot path: a prebuilt response, one memcpy. */
                 date_line(s);
                 int v = conn_variant(keep, req.version_minor);
