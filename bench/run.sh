@@ -34,10 +34,13 @@ mem=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo)
 kernel=$(uname -r)
 gcc_v=$(first gcc --version); clang_v=$(first clang --version); gxx_v=$(first g++ --version)
 date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+# Other work on the machine skews every figure: record the load average.
+load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 
 echo "weft benchmarks — $date"
 echo "machine: ${cpu:-unknown CPU}, $cores cores, $mem MiB; kernel $kernel"
 echo "compilers: ${gcc_v:-no gcc}; ${clang_v:-no clang}; ${gxx_v:-no g++}"
+echo "load average: $load_start (figures from a busy machine are pessimistic)"
 
 failed=()
 [ -n "${WEFT_BENCH_FROM:-}" ] && { cp "$WEFT_BENCH_FROM" "$jsonl"; filter='^$'; }
@@ -118,6 +121,8 @@ fi
   printf '  "compiler": {"gcc": "%s", "clang": "%s", "g++": "%s"},\n' \
     "$(esc "$gcc_v")" "$(esc "$clang_v")" "$(esc "$gxx_v")"
   printf '  "date": "%s",\n' "$date"
+  printf '  "load_average": {"start": "%s", "end": "%s"},\n' "$load_start" \
+    "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
   [ -n "$partial" ] &&
     printf '  "partial": "only parts matching %s were run now; other results are older",\n' "$(esc "$partial")"
   printf '  "results": [\n%s\n  ]\n}\n' "$results"
