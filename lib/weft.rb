@@ -23,6 +23,9 @@ module Weft
   # Run the block in a fiber under a new Weft::Scheduler, run every fiber it
   # starts to completion, restore the previous scheduler and return the
   # block's value (or raise its exception). Options go to Scheduler.new.
+  # Interrupt (Ctrl-C), another signal or exit while the loop runs raises
+  # Weft::Stop in every waiting fiber (their ensure clauses run), then
+  # propagates.
   def self.run(**options)
     raise ArgumentError, "Weft.run needs a block" unless block_given?
 
@@ -37,6 +40,9 @@ module Weft
         error = e
       end
       scheduler.run
+    rescue SignalException, SystemExit
+      scheduler.stop(Stop.new("stopped by #{$!.class}")) unless scheduler.closed?
+      raise
     ensure
       Fiber.set_scheduler(previous) # closes ours: runs what is left
     end

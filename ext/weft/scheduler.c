@@ -1183,6 +1183,33 @@ static VALUE s_fiber_interrupt(VALUE self, VALUE fiber, VALUE exc)
     return Qnil;
 }
 
+/* stop(exception): queue @exception for every fiber waiting in a hook and
+ * wake them all (Weft.run uses it with Weft::Stop on Interrupt). Returns
+ * the number of fibers interrupted. */
+static VALUE s_stop(VALUE self, VALUE exc)
+{
+    rsched *s = get_sched(self);
+    if (!rb_obj_is_kind_of(exc, rb_eException))
+        rb_raise(rb_eTypeError, "not an exception");
+    long n = 0;
+    for (rwait *rw = s->all; rw; rw = rw->anext) {
+        rintr *ri = ZALLOC(rintr);
+        ri->s = s;
+        ri->fiber = rw->fiber;
+        ri->klass = ri->message = Qnil;
+        ri->exc = exc;
+        ri->heap = 1;
+        ri->fired = 1;
+        ri->timer.idx = WEFT__TIMER_IDLE;
+        intr_link(s, ri);
+        n++;
+    }
+    for (rwait *rw = s->all; rw; rw = rw->anext)
+        if (rw->w.active)
+            weft__wait_complete(&rw->w, -ECANCELED);
+    return LONG2NUM(n);
+}
+
 /* pidfd_open(pid) -> fd; raises SystemCallError (ENOSYS, ESRCH, ...) */
 static VALUE s_pidfd_open(VALUE klass, VALUE pid)
 {
@@ -1249,7 +1276,8 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     rb_define_method(cScheduler, "kernel_sleep", s_kernel_sleep, -1);
     rb_define_method(cScheduler, "block", s_block, -1);
     rb_define_method(cScheduler, "unblock", s_unblock, 2);
-    rb_define_method(cScheduler, "fiber", s_fiber, 0);
+    rb_define_method(cScheduler, "_fiber", s_fiber, 0);
+    rb_define_method(cScheduler, "stop", s_stop, 1);
     rb_define_method(cScheduler, "run", s_run, 0);
     rb_define_method(cScheduler, "close", s_close, 0);
     rb_define_method(cScheduler, "scheduler_close", s_close, 0);

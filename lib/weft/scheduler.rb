@@ -6,7 +6,24 @@ module Weft
   # The hooks written in Ruby: each hands a blocking call that has no
   # non-blocking kernel interface to a thread, or to a pidfd the reactor
   # can wait on. Everything else is in C (ext/weft/scheduler.c).
+  # Raised in waiting fibers by Scheduler#stop (Weft.run does on Interrupt,
+  # SignalException and SystemExit). Not a StandardError, so `rescue => e`
+  # does not swallow it; the fiber ends quietly once it unwinds.
+  class Stop < Exception; end # rubocop:disable Lint/InheritException
+
   class Scheduler
+    # fiber { ... }: start a non-blocking fiber now (Fiber.schedule). A
+    # fiber ended by Weft::Stop ends quietly.
+    def fiber(*_args, &block)
+      raise ArgumentError, "Weft::Scheduler#fiber needs a block" unless block
+
+      _fiber do |*args|
+        block.call(*args)
+      rescue Stop
+        nil
+      end
+    end
+
     # process_wait(pid, flags): a pidfd (Linux >= 5.3) waited on by the
     # reactor; a helper thread for pid <= 0 or when pidfd_open fails.
     def process_wait(pid, flags)

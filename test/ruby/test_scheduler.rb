@@ -90,6 +90,38 @@ class TestScheduler < Minitest::Test
     end
   end
 
+  def test_interrupt_stops_every_waiting_fiber
+    cleaned = []
+    r, w = IO.pipe
+    server = TCPServer.new("127.0.0.1", 0)
+    runner = Thread.new do
+      Thread.current.report_on_exception = false
+      Weft.run do
+        Fiber.schedule do
+          r.read(1)
+        ensure
+          cleaned << :reader
+        end
+        Fiber.schedule do
+          loop { server.accept.close }
+        ensure
+          cleaned << :acceptor
+        end
+        begin
+          sleep
+        ensure
+          cleaned << :main
+        end
+      end
+    end
+    Thread.pass until runner.status == "sleep" || !runner.alive?
+    sleep 0.02
+    runner.raise(Interrupt)
+    assert_raises(Interrupt) { runner.join }
+    assert_equal %i[acceptor main reader], cleaned.sort
+    [r, w, server].each(&:close)
+  end
+
   def test_bad_input_raises_ruby_exceptions
     weft do |s|
       r, w = IO.pipe
