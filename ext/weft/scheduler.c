@@ -81,7 +81,7 @@ typedef struct rintr {
 
 typedef struct fdinfo {
     VALUE io;         /* the IO object last seen on this fd number      */
-    uint8_t is_sock, is_reg, nonblock;
+    uint8_t is_sock, is_reg, is_fifo, nonblock;
 } fdinfo;
 
 struct rsched {
@@ -98,6 +98,7 @@ struct rsched {
     pid_t pid;
     int handoffs;
     uint64_t ticks;
+    uint64_t ring_ops;         /* transfer-hook ring ops submitted        */
     weft_backend_t backend;
     weft__timer sweep_timer;   /* bounds a blocking poll while fds wait  */
     int64_t next_sweep;
@@ -557,11 +558,13 @@ static void intr_unlink(rsched *s, rintr *ri)
         ri->next->prev = ri->prev;
 }
 
-/* Wake @fiber if it waits in one of our hooks (it then delivers). */
+/* Wake @fiber if it waits in one of our hooks (it then delivers). A
+ * nocancel wait (for the completion of a ring op being cancelled) is left
+ * alone: the interrupt is delivered once the op is over. */
 static void intr_kick(rsched *s, VALUE fiber)
 {
     rwait *rw = waiting_of(s, fiber);
-    if (rw && rw->w.active)
+    if (rw && rw->w.active && !rw->w.nocancel)
         weft__wait_complete(&rw->w, -ECANCELED);
 }
 
@@ -663,7 +666,8 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         REALLOC_N(s->fdi, fdinfo, n);
         for (int i = s->nfdi; i < n; i++) {
             s->fdi[i].io = Qnil;
-            s->fdi[i].is_sock = s->fdi[i].is_reg = s->fdi[i].nonblock = 0;
+            s->fdi[i].is_sock = s->fdi[i].is_reg = s->fdi[i].is_fifo = 0;
+            s->fdi[i].nonblock = 0;
         }
         s->nfdi = n;
     }
@@ -680,9 +684,10 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
             weft__reactor_fd_new(&s->r, fd);
         fi->io = io;
         struct stat sb;
-        fi->is_sock = fi->is_reg = 0;
+        fi->is_sock = fi->is_reg = fi->is_fifo = 0;
         if (fstat(fd, &sb) == 0) {
             fi->is_sock = S_ISSOCK(sb.st_mode);
+            fi->is_fifo = S_ISFIFO(sb.st_mode);
             fi->is_reg = S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode);
         }
         int fl = fcntl(fd, F_GETFL);
@@ -820,6 +825,128 @@ static void get_buffer(VALUE buffer, bool writing, void **base, size_t *size)
 
 enum { OP_READ, OP_WRITE, OP_PREAD, OP_PWRITE };
 
+/* ---- ring operations (io_uring) ------------------------------------------
+ *
+ * On a reactor with completion ops, the transfer hooks hand the IO::Buffer's
+ * memory to the kernel: RECV/SEND on sockets, READ on pipes, READ/WRITE at
+ * the file position or at an offset on regular files. (Not writes to pipes:
+ * a ring write to a pipe whose reader is gone raises SIGPIPE; those stay
+ * guarded system calls.)
+ *
+ * The kernel may write into the buffer until the op's completion (CQE)
+ * arrives, so no op outlives the hook call that started it:
+ *   - the buffer is locked (IO::Buffer#locked) while the op is in flight,
+ *     so #resize/#free/#transfer raise instead of moving the memory;
+ *   - if the wait ends before the op (IO#timeout deadline, a timeout_after
+ *     or fiber_interrupt kick, the IO closed under it), the op was cancelled
+ *     by weft__wait_complete and the fiber waits, uncancellably (nocancel),
+ *     for the CQE, letting other fibers run; a CQE that reports success
+ *     wins: its bytes are returned and the interrupt is raised on the next
+ *     hook call;
+ *   - if the fiber unwinds while the op is in flight (Fiber#raise,
+ *     Thread#raise, Thread#kill, an exception raised in the wait), the
+ *     cleanup reaps the reactor synchronously, on the fiber's own stack and
+ *     without switching fibers, until the CQE arrives (reap_sync). Switching
+ *     fibers during an unwind would hand control back to whoever raised
+ *     before the fiber finished unwinding; the CQE of a cancelled socket or
+ *     pipe op arrives at once, a file op's when the disk is done. */
+
+/* Has @fiber a fired interrupt not yet raised? */
+static bool intr_pending(rsched *s, VALUE fiber)
+{
+    for (rintr *ri = s->intrs; ri; ri = ri->next)
+        if (ri->fired && !ri->delivered && ri->fiber == fiber)
+            return true;
+    return false;
+}
+
+/* Drive the reactor (GVL held, no fiber switch) until @w's op completes.
+ * Completions of other fibers' waits only queue those fibers. */
+static void reap_sync(rsched *s, weft__wait *w)
+{
+    while (w->op)
+        (void)weft__reactor_run_once(&s->r, true);
+}
+
+/* @rw ended with its op still in flight (cancel requested): wait for the
+ * op's completion in a nocancel wait, then copy its result into @rw. */
+static void ring_finish(rsched *s, rwait *rw)
+{
+    rwait rw2;
+    rw_begin(s, &rw2, RW_IO);
+    rw2.w.nocancel = true;
+    weft__wait_move_op(&rw->w, &rw2.w);
+    int state = 0;
+    rb_protect(wait_body, (VALUE)&rw2, &state);
+    rw_end(&rw2);
+    if (rw2.w.op && rw2.epoch == s->epoch)
+        reap_sync(s, &rw2.w);
+    rw->w.op_done = rw2.w.op_done;
+    rw->w.op_res = rw2.w.op_res;
+    if (state)
+        rb_jump_tag(state);
+}
+
+struct finish_arg {
+    rsched *s;
+    rwait *rw;
+};
+
+static VALUE ring_finish_body(VALUE p)
+{
+    struct finish_arg *a = (struct finish_arg *)p;
+    ring_finish(a->s, a->rw);
+    return Qnil;
+}
+
+/* Run @d as one ring op for the current fiber, waiting until @deadline.
+ * Returns the op's result (bytes or -errno), or why the wait ended (e.g.
+ * -ETIMEDOUT, -ECANCELED, -EBADF) if the op was cancelled. @buffer is
+ * locked for the op's lifetime unless it already was. */
+static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
+                   int64_t deadline)
+{
+    void *b;
+    size_t sz;
+    bool locked = false;
+    if (!(rb_io_buffer_get_bytes(buffer, &b, &sz) & RB_IO_BUFFER_LOCKED)) {
+        rb_io_buffer_lock(buffer);
+        locked = true;
+    }
+    rwait rw;
+    rw_begin(s, &rw, RW_IO);
+    int rc = weft__wait_arm_deadline(&rw.w, deadline);
+    if (rc == 0)
+        rc = weft__wait_arm_op(&rw.w, d);
+    if (rc < 0)
+        weft__wait_complete(&rw.w, rc);
+    else
+        s->ring_ops++;
+    int state = 0;
+    if (rw.w.active)
+        rb_protect(wait_body, (VALUE)&rw, &state);
+    rw_end(&rw);
+    if (rw.w.op && rw.epoch == s->epoch) {
+        if (state)
+            reap_sync(s, &rw.w);
+        else {
+            struct finish_arg fa = {s, &rw};
+            rb_protect(ring_finish_body, (VALUE)&fa, &state);
+        }
+    }
+    if (locked)
+        (void)rb_io_buffer_try_unlock(buffer);
+    if (state)
+        rb_jump_tag(state);
+    int why = rw.w.result;
+    if (!rw.w.op_done)
+        return why; /* ended before the op was submitted */
+    int res = rw.w.op_res;
+    if ((res == -ECANCELED || res == -EINTR) && why < 0 && why != res)
+        return why;
+    return res;
+}
+
 /* One loop for the four transfer hooks: transfer at least @length bytes
  * (0: a single attempt, -EAGAIN if it would block), waiting through the
  * reactor on EAGAIN. Returns the byte count, or -errno if nothing moved. */
@@ -844,6 +971,13 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
     if (!NIL_P(tmo))
         deadline = to_deadline(tmo);
 #endif
+    /* Ring ops (see ring_io) where they wait; a zero @length (a single
+     * attempt) and a zero deadline stay non-blocking system calls. */
+    bool ring = length > 0 && deadline != 0 && weft__reactor_has_ops(&s->r) &&
+                (fi->is_reg ||
+                 (fi->is_sock && (op == OP_READ || op == OP_WRITE)) ||
+                 (fi->is_fifo && op == OP_READ));
+    VALUE cur = ring ? rb_fiber_current() : Qnil;
     size_t total = 0;
     for (;;) {
         size_t max = size - offset;
@@ -851,6 +985,53 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             break;
         ssize_t n;
         int err = 0;
+        if (ring) {
+            if (s->intrs && intr_pending(s, cur)) {
+                if (total)
+                    break; /* raised on the next call */
+                deliver_interrupts(s, cur);
+            }
+            weft__opdesc d = {.fd = fd, .buf = (char *)base + offset,
+                              .len = max, .off = -1};
+            switch (op) {
+            case OP_READ:
+                d.op = fi->is_sock ? WEFT__OP_RECV : WEFT__OP_READ;
+                break;
+            case OP_WRITE:
+                d.op = fi->is_sock ? WEFT__OP_SEND : WEFT__OP_WRITE;
+                break;
+            case OP_PREAD:
+                d.op = WEFT__OP_READ;
+                d.off = (int64_t)from + (int64_t)total;
+                break;
+            default:
+                d.op = WEFT__OP_WRITE;
+                d.off = (int64_t)from + (int64_t)total;
+                break;
+            }
+            int res = ring_io(s, buffer, &d, deadline);
+            get_buffer(buffer, !writing_op, &base, &size);
+            if (offset > size)
+                break;
+            if (res == -EINTR)
+                continue;
+            if (res == -EAGAIN) {
+                /* A kernel that will not wait on an O_NONBLOCK file. */
+                int rc = wait_fd(s, fd, ev, deadline);
+                if (rc < 0)
+                    return total ? SIZET2NUM(total) : INT2NUM(rc);
+                get_buffer(buffer, !writing_op, &base, &size);
+                if (offset > size)
+                    break;
+                continue;
+            }
+            if (res == -ECANCELED && s->intrs && intr_pending(s, cur))
+                continue; /* raised at the top (or the bytes returned) */
+            if (res < 0)
+                return total ? SIZET2NUM(total) : INT2NUM(res);
+            n = res;
+            goto moved;
+        }
         if (!fi->nonblock && !fi->is_reg && !fi->is_sock &&
             (op == OP_READ || op == OP_WRITE)) {
             /* A blocking descriptor we must not switch to O_NONBLOCK
@@ -882,6 +1063,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             break;
         }
         err = n < 0 ? errno : 0;
+    moved:
         if (n > 0) {
             total += (size_t)n;
             offset += (size_t)n;
@@ -1205,7 +1387,7 @@ static VALUE s_stop(VALUE self, VALUE exc)
         n++;
     }
     for (rwait *rw = s->all; rw; rw = rw->anext)
-        if (rw->w.active)
+        if (rw->w.active && !rw->w.nocancel)
             weft__wait_complete(&rw->w, -ECANCELED);
     return LONG2NUM(n);
 }
@@ -1229,7 +1411,9 @@ static VALUE s_set_offset_encoding(VALUE klass, VALUE pread_enc, VALUE pwrite_en
     return Qnil;
 }
 
-/* Introspection for tests: {waits:, ready:, fd_waits:, timers:, pid:} */
+/* Introspection for tests: {waits:, ready:, fd_waits:, timers:, pid:,
+ * ring_ops: (transfer-hook ring ops submitted), ops_inflight: (records the
+ * kernel still owns)} */
 static VALUE s_stats(VALUE self)
 {
     rsched *s = get_raw(self);
@@ -1246,6 +1430,9 @@ static VALUE s_stats(VALUE self)
     rb_hash_aset(h, ID2SYM(rb_intern("waiting_fibers")), SIZET2NUM(all));
     rb_hash_aset(h, ID2SYM(rb_intern("ready")), SIZET2NUM(ready));
     rb_hash_aset(h, ID2SYM(rb_intern("pid")), INT2NUM(s->pid));
+    rb_hash_aset(h, ID2SYM(rb_intern("ring_ops")), ULL2NUM(s->ring_ops));
+    rb_hash_aset(h, ID2SYM(rb_intern("ops_inflight")),
+                 SIZET2NUM(s->r_live ? s->r.ops_inflight : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("running")), s->running ? Qtrue : Qfalse);
     return h;
 }

@@ -1,0 +1,280 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+require "tempfile"
+
+# Transfer hooks with a minimum length (IO::Buffer#read/#write/#pread/
+# #pwrite, or the hooks called directly) run as io_uring operations on the
+# IO::Buffer's memory when the backend is io_uring. These tests end such
+# operations early in every way a fiber can be stopped while the kernel
+# owns the buffer, and check that nothing is lost, nothing stays locked and
+# no operation outlives its hook. They run on every backend; on io_uring
+# they also check that the ring was used.
+class TestRing < Minitest::Test
+  include WeftTestHelper
+
+  def uring?(scheduler) = scheduler.backend == "io_uring"
+
+  def assert_ring_used(scheduler, before = 0)
+    return unless uring?(scheduler)
+
+    assert_operator scheduler.stats[:ring_ops], :>, before, "no ring op was submitted"
+  end
+
+  def assert_no_ops(scheduler)
+    assert_equal 0, scheduler.stats[:ops_inflight], "ops left in flight: #{scheduler.stats}"
+  end
+
+  def socket_pairs
+    server = TCPServer.new("127.0.0.1", 0)
+    client = TCPSocket.new("127.0.0.1", server.addr[1])
+    peer = server.accept
+    server.close
+    [UNIXSocket.pair, [client, peer]]
+  end
+
+  def test_timeout_while_a_socket_read_is_in_flight_loses_nothing
+    socket_pairs.each do |a, b|
+      weft do |s|
+        buf = IO::Buffer.new(64)
+        3.times do |i|
+          assert_raises(Timeout::Error) { Timeout.timeout(0.02) { buf.read(a, 5) } }
+          refute buf.locked?, "buffer left locked"
+          assert_no_ops(s)
+          b.write("hello#{i}")
+          assert_equal 6, buf.read(a, 6)
+          assert_equal "hello#{i}", buf.get_string(0, 6)
+        end
+        assert_ring_used(s)
+        assert_quiet(s)
+      end
+      [a, b].each(&:close)
+    end
+  end
+
+  def test_timeout_on_a_pipe_read_in_flight
+    r, w = IO.pipe
+    weft do |s|
+      buf = IO::Buffer.new(8)
+      assert_raises(Timeout::Error) { Timeout.timeout(0.02) { s.io_read(r, buf, 4) } }
+      w.write("abcd")
+      assert_equal 4, s.io_read(r, buf, 4)
+      assert_equal "abcd", buf.get_string(0, 4)
+      assert_ring_used(s)
+      assert_no_ops(s)
+    end
+    [r, w].each(&:close)
+  end
+
+  def test_raise_in_a_fiber_whose_read_is_in_flight
+    a, b = UNIXSocket.pair
+    caught = nil
+    weft do |s|
+      buf = IO::Buffer.new(16)
+      f = Fiber.schedule do
+        buf.read(a, 4)
+      rescue ArgumentError => e
+        caught = e.message
+      end
+      assert_equal 1, s.stats[:waiting_fibers]
+      s.raise_in(f, ArgumentError, "go")
+      sleep 0.01 until caught
+      refute buf.locked?
+      assert_no_ops(s)
+      b.write("data")
+      assert_equal 4, buf.read(a, 4)
+      assert_equal "data", buf.get_string(0, 4)
+      assert_ring_used(s)
+    end
+    assert_equal "go", caught
+    [a, b].each(&:close)
+  end
+
+  # Fiber#raise unwinds the fiber inside its wait: the op must be over
+  # before the fiber finishes unwinding (the caller may free the buffer).
+  def test_fiber_raise_unwinds_a_read_in_flight
+    a, b = UNIXSocket.pair
+    s = Weft::Scheduler.new
+    Fiber.set_scheduler(s)
+    buf = IO::Buffer.new(16)
+    rescued = nil
+    f = Fiber.schedule do
+      s.io_read(a, buf, 4)
+    rescue RuntimeError => e
+      rescued = e.message
+    end
+    assert_equal 1, s.stats[:ops_inflight] if uring?(s)
+    f.raise("stop")
+    assert_equal "stop", rescued
+    assert_no_ops(s)
+    refute buf.locked?
+    buf.free # the memory the kernel would have written into
+    assert_equal 0, s.stats[:waits]
+    b.write("late")
+    got = nil
+    Fiber.schedule { got = a.read(4) }
+    Fiber.set_scheduler(nil)
+    assert_equal "late", got
+    [a, b].each(&:close)
+  end
+
+  # Thread#raise (Interrupt) on a thread whose fibers have ring reads in
+  # flight: Weft.run stops them, every ensure runs, the loop ends with no
+  # op in flight and the data written afterwards is all still there.
+  def test_thread_raise_with_reads_in_flight
+    pairs = Array.new(4) { UNIXSocket.pair }
+    cleaned = Queue.new
+    started = Queue.new
+    sched = nil
+    runner = Thread.new do
+      Thread.current.report_on_exception = false
+      Weft.run do |s|
+        sched = s
+        pairs.each do |a, _|
+          Fiber.schedule do
+            started << true
+            IO::Buffer.new(32).read(a, 8)
+          ensure
+            cleaned << :reader
+          end
+        end
+        sleep
+      end
+    end
+    4.times { started.pop }
+    Thread.pass until runner.status == "sleep" || !runner.alive?
+    sleep 0.05
+    runner.raise(Interrupt)
+    assert_raises(Interrupt) { runner.join }
+    assert_equal 4, cleaned.size
+    assert sched.closed?
+    pairs.each_with_index do |(a, b), i|
+      b.write("payload#{i}")
+      assert_equal "payload#{i}", a.read(8)
+      [a, b].each(&:close)
+    end
+  end
+
+  def test_gc_compact_and_stress_during_reads_in_flight
+    skip "GC.compact unavailable" unless GC.respond_to?(:compact)
+    pairs = Array.new(8) { UNIXSocket.pair }
+    results = {}
+    weft do |s|
+      pairs.each_with_index do |(a, _), i|
+        Fiber.schedule do
+          chunks = []
+          5.times do
+            buf = IO::Buffer.new(10)
+            n = buf.read(a, 10)
+            chunks << buf.get_string(0, n)
+          end
+          results[i] = chunks.join
+        end
+      end
+      Fiber.schedule do
+        5.times do |round|
+          GC.compact
+          GC.stress = true
+          pairs.each_with_index { |(_, b), i| b.write(format("%02d-%06d.", i, round)) }
+          GC.stress = false
+          sleep 0.002
+        end
+      ensure
+        GC.stress = false
+      end
+      assert_ring_used(s)
+    end
+    pairs.each_with_index do |(a, b), i|
+      assert_equal Array.new(5) { |r| format("%02d-%06d.", i, r) }.join, results[i]
+      [a, b].each(&:close)
+    end
+  end
+
+  def digest(data) = Digest::SHA256.hexdigest(data)
+
+  def test_1mb_through_buffers_on_sockets_and_pipes
+    data = Random.new(7).bytes(1 << 20)
+    [UNIXSocket.pair, IO.pipe].each do |reader, writer|
+      out = nil
+      weft do |s|
+        Fiber.schedule do
+          src = IO::Buffer.for(data)
+          assert_equal data.bytesize, src.write(writer, data.bytesize)
+          writer.close
+        end
+        dst = IO::Buffer.new(data.bytesize)
+        assert_equal data.bytesize, dst.read(reader, data.bytesize)
+        out = dst.get_string
+        assert_ring_used(s)
+        assert_no_ops(s)
+      end
+      assert_equal digest(data), digest(out)
+      reader.close
+    end
+  end
+
+  def test_1mb_pwrite_and_pread_on_a_file
+    data = Random.new(9).bytes(1 << 20)
+    Tempfile.create("weft-ring") do |f|
+      weft do |s|
+        src = IO::Buffer.for(data)
+        dst = IO::Buffer.new(data.bytesize)
+        # 3.3: io_pwrite(io, buffer, from, length, offset)
+        if RUBY_VERSION < "3.2"
+          assert_equal data.bytesize, s.io_pwrite(f, src, data.bytesize, 4096)
+          assert_equal data.bytesize, s.io_pread(f, dst, data.bytesize, 4096)
+        else
+          assert_equal data.bytesize, s.io_pwrite(f, src, 4096, data.bytesize, 0)
+          assert_equal data.bytesize, s.io_pread(f, dst, 4096, data.bytesize, 0)
+        end
+        assert_equal digest(data), digest(dst.get_string)
+        assert_ring_used(s)
+        assert_no_ops(s)
+      end
+      assert_equal digest(data), digest(File.binread(f.path, data.bytesize, 4096))
+    end
+  end
+
+  def test_length_zero_is_a_single_attempt
+    a, b = UNIXSocket.pair
+    weft do |s|
+      buf = IO::Buffer.new(8)
+      assert_equal(-Errno::EAGAIN::Errno, s.io_read(a, buf, 0))
+      b.write("x")
+      assert_equal 1, s.io_read(a, buf, 0)
+      assert_quiet(s)
+    end
+    [a, b].each(&:close)
+  end
+
+  def test_buffer_is_locked_while_the_op_is_in_flight
+    a, b = UNIXSocket.pair
+    weft do |s|
+      buf = IO::Buffer.new(8)
+      reader = Fiber.schedule { buf.read(a, 2) }
+      if uring?(s)
+        assert buf.locked?
+        assert_raises(IO::Buffer::LockedError) { buf.resize(4096) }
+      end
+      b.write("ok")
+      sleep 0.01 while reader.alive?
+      refute buf.locked?
+      assert_equal "ok", buf.get_string(0, 2)
+    end
+    [a, b].each(&:close)
+  end
+
+  def test_closing_the_io_ends_a_read_in_flight
+    a, b = UNIXSocket.pair
+    result = nil
+    weft do |s|
+      buf = IO::Buffer.new(8)
+      Fiber.schedule { result = s.io_read(a, buf, 4) }
+      s.io_close(a)
+      sleep 0.01 until result
+      assert_no_ops(s)
+    end
+    assert_equal(-Errno::EBADF::Errno, result)
+    [a, b].each(&:close)
+  end
+end
