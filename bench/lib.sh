@@ -5,6 +5,9 @@
 #                                benchmarks run at once
 #   bench_runs CMD...            run CMD locked; print its output lines
 #                                (one figure each) joined by spaces
+#   bench_procs N CMD...         run CMD (which prints figures) N times, each
+#                                in a fresh process (so address-space layout
+#                                luck is sampled too); print all figures
 #   bench_stats "1 2 3"          print "min median max"
 #   bench_ratio better W P       how many times better weft (median W) is
 #                                than the peer (median P): P/W when lower is
@@ -27,6 +30,12 @@ bench_runs() {
   local out
   out=$(bench_locked "$@") || { echo "bench: failed: $*" >&2; return 1; }
   echo $out
+}
+
+bench_procs() {
+  local n=$1 i all=""; shift
+  for ((i = 0; i < n; i++)); do all+="$(bench_runs "$@") " || return 1; done
+  echo $all
 }
 
 bench_stats() {

@@ -22,11 +22,13 @@ done
 bench_header "core: context switch, spawn, parked fibers (peer: Boost.Context $(
   dpkg-query -W -f='${Version}' libboost-context-dev 2>/dev/null | cut -d+ -f1))"
 
-boost=$(bench_runs "$bin/boost_switch" "$nswitch" "$reps")
-raw=$(bench_runs "$bin/core_switch" raw "$nswitch" "$reps")
-sym=$(bench_runs "$bin/core_switch" sym "$nswitch" "$reps")
-yield=$(bench_runs "$bin/core_switch" yield "$nswitch" "$reps")
-bfiber=$(bench_runs "$bin/boost_fiber_yield" "$nswitch" "$reps")
+# One process per run: code and stack placement (ASLR) move these figures
+# by up to ~1 ns from one process to the next.
+boost=$(bench_procs "$reps" "$bin/boost_switch" "$nswitch" 1)
+raw=$(bench_procs "$reps" "$bin/core_switch" raw "$nswitch" 1)
+sym=$(bench_procs "$reps" "$bin/core_switch" sym "$nswitch" 1)
+yield=$(bench_procs "$reps" "$bin/core_switch" yield "$nswitch" 1)
+bfiber=$(bench_procs "$reps" "$bin/boost_fiber_yield" "$nswitch" 1)
 bench_report $G switch_raw ns/switch lower "$raw" "Boost.Context fiber" "$boost" \
   "weft__ctx_switch between two contexts, each from its own loop"
 bench_report $G switch_raw_same_site ns/switch lower "$sym" "Boost.Context fiber" "$boost" \
