@@ -523,8 +523,17 @@ out:
 static void *accept_main(void *arg)
 {
     http_srv *s = arg;
+    /* After a connection arrives, take every other queued one at once
+     * (deadline 0: a plain non-blocking accept) before waiting again; on
+     * a completion backend each waiting accept costs a loop iteration, and
+     * a burst of thousands of connects would otherwise trickle in. */
+    int64_t deadline = WEFT_FOREVER;
     while (!s->stopping) {
-        int fd = weft_accept(s->lfd, NULL, NULL, WEFT_FOREVER);
+        int fd = weft_accept(s->lfd, NULL, NULL, deadline);
+        if (fd == -ETIMEDOUT) {
+            deadline = WEFT_FOREVER; /* the queue is empty: wait */
+            continue;
+        }
         if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -ENOBUFS) {
             /* Out of descriptors: the connection stays queued; back off
              * instead of spinning. */
@@ -533,6 +542,7 @@ static void *accept_main(void *arg)
         }
         if (fd < 0)
             break; /* -ECANCELED from http_srv_stop(), or a broken listener */
+        deadline = 0;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         conn *c = malloc(sizeof *c + s->in_cap);
