@@ -159,6 +159,13 @@ int weft__block(weft__wait *w)
     return w->result;
 }
 
+/* Out of line: the clock read inlined into weft_yield() made it save two
+ * more registers on every yield (~0.25 ns of ~8). */
+static __attribute__((noinline, cold)) int precheck_scope(const weft__fiber *f)
+{
+    return f->scope_deadline <= weft_now() ? -ETIMEDOUT : 0;
+}
+
 /* Inlined into weft_yield(): a call here costs ~1.5 ns of a ~7 ns yield. */
 static inline int precheck(weft_sched_t *s, int64_t deadline)
 {
@@ -168,9 +175,8 @@ static inline int precheck(weft_sched_t *s, int64_t deadline)
         return -EINVAL;
     if (s->current->cancelled)
         return -ECANCELED;
-    if (WEFT_UNLIKELY(s->current->scope_deadline != 0) &&
-        s->current->scope_deadline <= weft_now())
-        return -ETIMEDOUT; /* the timeout scope has expired */
+    if (WEFT_UNLIKELY(s->current->scope_deadline != 0))
+        return precheck_scope(s->current); /* has the timeout scope expired? */
     return 0;
 }
 
