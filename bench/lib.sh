@@ -8,6 +8,8 @@
 #   bench_procs N CMD...         run CMD (which prints figures) N times, each
 #                                in a fresh process (so address-space layout
 #                                luck is sampled too); print all figures
+#   bench_procs_warm N CMD...    the same, but CMD prints two figures per
+#                                process and the first (a warm-up) is dropped
 #   bench_stats "1 2 3"          print "min median max"
 #   bench_ratio better W P       how many times better weft (median W) is
 #                                than the peer (median P): P/W when lower is
@@ -35,6 +37,15 @@ bench_runs() {
 bench_procs() {
   local n=$1 i all=""; shift
   for ((i = 0; i < n; i++)); do all+="$(bench_runs "$@") " || return 1; done
+  echo $all
+}
+
+bench_procs_warm() {
+  local n=$1 i out all=""; shift
+  for ((i = 0; i < n; i++)); do
+    out=$(bench_locked "$@") || { echo "bench: failed: $*" >&2; return 1; }
+    all+="$(printf '%s\n' "$out" | sed 1d) "
+  done
   echo $all
 }
 
