@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# ruby.sh — the Ruby extension against its peers (part of `make bench`).
+#
+#  1. HTTP/1.1 keep-alive hello world in Ruby (examples/ruby/http_server.rb,
+#     the same connection code in every mode), loaded by wrk on loopback:
+#       weft     one fiber per connection under Weft::Scheduler
+#       async    one task per connection under Async 1.30 (Debian's
+#                ruby-async, nio4r selector)
+#       threads  one Ruby Thread per connection
+#     requests/s (ratio = weft / peer) and the server's CPU time per request
+#     (user+system of the server process over the run / requests; ratio =
+#     peer / weft), runs interleaved server by server, each under the lock.
+#  2. Fiber churn (bench/ruby/churn.rb): sleep(0) in 10,000 fibers, and
+#     fibers started and finished, against Async.
+#  3. Round trips between two fibers (bench/ruby/roundtrip.rb) over a pipe
+#     and a UNIX socket pair, against Async.
+# WEFT_BENCH_REPS (default 5) runs; WEFT_RUBY_SECS (default 3) seconds per
+# wrk run; WEFT_RUBY_CONNS (default 50) connections.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+. "$here/../lib.sh"
+reps=${WEFT_BENCH_REPS:-5}
+secs=${WEFT_RUBY_SECS:-3}
+conns=${WEFT_RUBY_CONNS:-50}
+G=ruby
+cd "$root"
+tmp=$(mktemp -d /tmp/weft-bench-ruby.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for c in ruby wrk curl; do
+  command -v $c >/dev/null || { echo "ruby.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
+done
+ruby -I lib -r weft -e '' || { echo "ruby.sh: the extension is not built (make ruby)" >&2; exit 1; }
+ruby -r async -e '' 2>/dev/null || { echo "ruby.sh: ruby-async missing (scripts/deps.sh bench)" >&2; exit 1; }
+async_v=$(ruby -r async -e 'print Async::VERSION')
+nio_v=$(ruby -r nio -e 'print NIO::VERSION' 2>/dev/null || echo "?")
+backend=$(ruby -I lib -r weft -e 'print Weft::Scheduler.new.backend')
+ruby_v=$(ruby -e 'print RUBY_VERSION')
+RB=(ruby -W0 -I lib)
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 12000)); port_free $p && { echo $p; return; }; done; return 1; }
+wait_port() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
+
+servers="weft async threads"
+declare -A port spid label
+label[async]="Async $async_v (nio4r $nio_v)"
+label[threads]="Ruby Thread per connection"
+for s in $servers; do
+  port[$s]=$(pick_port)
+  "${RB[@]}" examples/ruby/http_server.rb --mode "$s" --port "${port[$s]}" >"$tmp/$s.out" 2>"$tmp/$s.err" &
+  spid[$s]=$!
+  pids+=($!)
+  wait_port "${port[$s]}" || { echo "ruby.sh: the $s server did not start:" >&2; cat "$tmp/$s.err" >&2; exit 1; }
+done
+
+# CPU time (clock ticks) used so far by process PID (all its threads).
+cpu_ticks() {
+  local f
+  f=$(cut -d')' -f2 /proc/"$1"/stat 2>/dev/null) || { echo 0; return; }
+  set -- $f
+  echo $((${12} + ${13}))
+}
+measure() { # PID PORT CONNS SECS: wrk's output, then the server's CPU ticks
+  local c0 c1 out
+  c0=$(cpu_ticks "$1")
+  out=$(timeout $(($4 + 60)) wrk -t2 -c"$3" -d"$4"s "http://127.0.0.1:$2/") || return 1
+  c1=$(cpu_ticks "$1")
+  echo "$out"
+  echo "CPU_TICKS $((c1 - c0))"
+}
+export -f measure cpu_ticks
+hz=$(getconf CLK_TCK)
+wrk_run() { # SERVER SECS -> "req/s cpu-us-per-request"
+  local out errs
+  out=$(bench_locked bash -c 'measure "$@"' _ "${spid[$1]}" "${port[$1]}" "$conns" "$2") || {
+    echo "ruby.sh: wrk failed against $1" >&2; echo "0 0"; return; }
+  errs=$(echo "$out" | sed -n 's/.*Socket errors: //p; s/.*Non-2xx or 3xx responses: /non-2xx /p')
+  [ -n "$errs" ] && echo "$1: $errs" >> "$tmp/errors"
+  echo "$out" | awk -v hz="$hz" '
+    /^Requests\/sec:/ { rps = $2 }
+    / requests in / { n = $1 }
+    /^CPU_TICKS/ { t = $2 }
+    END { printf "%.0f %.2f\n", rps, (n > 0 ? t * 1e6 / hz / n : 0) }'
+}
+
+echo
+echo "== ruby: Ruby $ruby_v; HTTP hello world (examples/ruby/http_server.rb), wrk -t2 -c$conns -d${secs}s, $reps runs each, interleaved"
+echo "   command: WEFT_BENCH_REPS=$reps WEFT_RUBY_SECS=$secs bash bench/parts/ruby.sh (part of make bench)"
+declare -A rps cpu
+for s in $servers; do wrk_run "$s" 1 >/dev/null; done # warm-up
+for ((r = 0; r < reps; r++)); do
+  for s in $servers; do
+    set -- $(wrk_run "$s" "$secs")
+    rps[$s]+="$1 "
+    cpu[$s]+="$2 "
+  done
+done
+for s in $servers; do kill -TERM "${spid[$s]}" 2>/dev/null || true; wait "${spid[$s]}" 2>/dev/null || true; done
+pids=()
+
+echo "   micro-benchmarks: $reps processes each"
+churn() { bench_procs "$reps" "${RB[@]}" bench/ruby/churn.rb "$@"; }
+sleep_w=$(churn weft sleep0); sleep_a=$(churn async sleep0)
+spawn_w=$(churn weft spawn); spawn_a=$(churn async spawn)
+rt() { bench_procs "$reps" env ASYNC="$1" "${RB[@]}" bench/ruby/roundtrip.rb "$2" 20000; }
+pipe_w=$(rt 0 pipe); pipe_a=$(rt 1 pipe)
+unix_w=$(rt 0 unix); unix_a=$(rt 1 unix)
+
+bench_header "ruby: Weft::Scheduler (backend $backend) vs Async $async_v and threads, Ruby $ruby_v"
+bench_report $G "http_hello_${conns}conn" req/s higher "${rps[weft]}" "${label[async]}" "${rps[async]}" \
+  "target >= 2x; ratio = weft / peer"
+bench_report $G "http_hello_${conns}conn_vs_threads" req/s higher "${rps[weft]}" "${label[threads]}" "${rps[threads]}" \
+  "target >= 2x"
+bench_report $G "http_cpu_per_req" us/req lower "${cpu[weft]}" "${label[async]}" "${cpu[async]}" \
+  "server CPU time per request; ratio = peer / weft"
+bench_report $G "http_cpu_per_req_vs_threads" us/req lower "${cpu[weft]}" "${label[threads]}" "${cpu[threads]}"
+bench_report $G "sleep0_10k_fibers" ns/op lower "$sleep_w" "${label[async]}" "$sleep_a" \
+  "10,000 fibers x 10 sleep(0)"
+bench_report $G "fiber_spawn" ns/fiber lower "$spawn_w" "${label[async]}" "$spawn_a" \
+  "Fiber.schedule {} x 10,000, started and finished"
+bench_report $G "pipe_roundtrip" ns/op lower "$pipe_w" "${label[async]}" "$pipe_a" \
+  "1 byte each way between two fibers, IO#write/#readpartial"
+bench_report $G "unix_roundtrip" ns/op lower "$unix_w" "${label[async]}" "$unix_a"
+if [ -s "$tmp/errors" ]; then
+  echo "   wrk reported errors:"; sed 's/^/     /' "$tmp/errors"
+else
+  echo "   wrk reported no socket errors and no non-2xx responses"
+fi
