@@ -797,7 +797,11 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
     int64_t deadline = to_deadline(timeout);
     if (s->intrs)
         deliver_interrupts(s, rb_fiber_current());
-    int rc = poll_now(fd, ev);
+    /* epoll is edge-triggered: look first. A ring's POLL_ADD checks the
+     * current state when it is submitted, so there the look is a wasted
+     * system call (Ruby calls io_wait after EAGAIN) unless the caller
+     * will not wait at all. */
+    int rc = deadline == 0 || !weft__reactor_has_ops(&s->r) ? poll_now(fd, ev) : 0;
     if (rc == 0 && deadline != 0) {
         fd_prepare(s, fd, io);
         rc = wait_fd(s, fd, ev, deadline);
