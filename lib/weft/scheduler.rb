@@ -12,17 +12,8 @@ module Weft
   class Stop < Exception; end # rubocop:disable Lint/InheritException
 
   class Scheduler
-    # fiber { ... }: start a non-blocking fiber now (Fiber.schedule). A
-    # fiber ended by Weft::Stop ends quietly.
-    def fiber(*_args, &block)
-      raise ArgumentError, "Weft::Scheduler#fiber needs a block" unless block
-
-      _fiber do |*args|
-        block.call(*args)
-      rescue Stop
-        nil
-      end
-    end
+    # fiber(*args) { |*args| ... } (Fiber.schedule) is in C: it starts a
+    # non-blocking fiber now; a fiber ended by Weft::Stop ends quietly.
 
     # process_wait(pid, flags): a pidfd (Linux >= 5.3) waited on by the
     # reactor; a helper thread for pid <= 0 or when pidfd_open fails.

@@ -246,6 +246,22 @@ class TestScheduler < Minitest::Test
     assert_equal %i[outer_start inner outer_continues inner_end], order
   end
 
+  def test_schedule_passes_arguments_and_stop_ends_a_fiber_quietly
+    got = []
+    weft do |s|
+      Fiber.schedule(1, :two) { |a, b| got << a << b }
+      f = Fiber.schedule do
+        sleep
+      ensure
+        got << :ensured
+      end
+      s.raise_in(f, Weft::Stop)
+      sleep 0.01
+      got << f.alive?
+    end
+    assert_equal [1, :two, :ensured, false], got
+  end
+
   def test_ten_thousand_fibers_sleep_zero
     count = 0
     weft do
