@@ -155,6 +155,41 @@ class TestRing < Minitest::Test
     end
   end
 
+  # Thread#raise landing in the very fiber whose op is in flight (it runs
+  # the loop itself: no Fiber.schedule yet): it unwinds through its wait.
+  def test_thread_raise_lands_in_the_fiber_whose_read_is_in_flight
+    a, b = UNIXSocket.pair
+    state = Queue.new
+    t = Thread.new do
+      Thread.current.report_on_exception = false
+      s = Weft::Scheduler.new
+      Fiber.set_scheduler(s)
+      buf = IO::Buffer.new(8)
+      begin
+        Fiber.new(blocking: false) do
+          state << s.backend
+          s.io_read(a, buf, 4)
+        end.resume
+        state << :not_interrupted
+      rescue Interrupt
+        state << [:interrupted, buf.locked?, s.stats[:ops_inflight], s.stats[:waits]]
+        buf.free
+      ensure
+        Fiber.set_scheduler(nil)
+      end
+    end
+    backend = state.pop
+    Thread.pass until t.status == "sleep" || !t.alive?
+    sleep 0.05
+    t.raise(Interrupt)
+    t.join
+    assert_equal [:interrupted, false, 0, 0], state.pop
+    assert_operator backend.size, :>, 0
+    b.write("next")
+    assert_equal "next", a.read(4)
+    [a, b].each(&:close)
+  end
+
   def test_gc_compact_and_stress_during_reads_in_flight
     skip "GC.compact unavailable" unless GC.respond_to?(:compact)
     pairs = Array.new(8) { UNIXSocket.pair }
