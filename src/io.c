@@ -77,6 +77,21 @@ static bool ring_ok(int64_t deadline)
  * (and no accepted descriptor) is lost: each op completes or is cancelled,
  * exactly once.
  */
+/* @w ended while its op may still be in flight: wait, uncancellably, for
+ * the op's own completion (its result lands in w->op_res/op_done). */
+static void wait_op_out(weft_sched_t *s, weft__wait *w)
+{
+    while (w->op) {
+        weft__wait w2;
+        weft__wait_init(&w2, &s->r, weft__fiber_wake, s->current);
+        w2.nocancel = true;
+        weft__wait_move_op(w, &w2);
+        weft__block(&w2);
+        w->op_done = w2.op_done;
+        w->op_res = w2.op_res;
+    }
+}
+
 static ssize_t ring_op(const weft__opdesc *d, int64_t deadline)
 {
     weft_sched_t *s = weft__sched_tls();
@@ -90,15 +105,7 @@ static ssize_t ring_op(const weft__opdesc *d, int64_t deadline)
         return rc;
     }
     int why = weft__block(&w);
-    if (w.op) {
-        weft__wait w2;
-        weft__wait_init(&w2, &s->r, weft__fiber_wake, s->current);
-        w2.nocancel = true;
-        weft__wait_move_op(&w, &w2);
-        weft__block(&w2);
-        w.op_done = w2.op_done;
-        w.op_res = w2.op_res;
-    }
+    wait_op_out(s, &w);
     if (!w.op_done)
         return why; /* ended before the op was submitted */
     int res = w.op_res;
@@ -595,15 +602,7 @@ int weft_close(int fd)
             /* Only the close's own completion ends this wait (it is not
              * linked to the descriptor, cannot be cancelled and has no
              * deadline); stay defensive all the same. */
-            while (w.op) {
-                weft__wait w2;
-                weft__wait_init(&w2, &s->r, weft__fiber_wake, s->current);
-                w2.nocancel = true;
-                weft__wait_move_op(&w, &w2);
-                weft__block(&w2);
-                w.op_done = w2.op_done;
-                w.op_res = w2.op_res;
-            }
+            wait_op_out(s, &w);
             if (w.op_done)
                 return w.op_res == -EINTR ? 0 : w.op_res;
             return 0;
