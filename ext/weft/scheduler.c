@@ -1127,28 +1127,29 @@ static off_t file_offset(VALUE v, int encoded)
     return from;
 }
 
-/* io_pread(io, buffer, length, from)          (3.1, from IO::Buffer#pread)
- * io_pread(io, buffer, from, length, offset)  (3.3+) */
-static VALUE s_io_pread(int argc, VALUE *argv, VALUE self)
+/* io_pread/io_pwrite(io, buffer, length, from)          (3.1, IO::Buffer)
+ * io_pread/io_pwrite(io, buffer, from, length, offset)  (3.3+)
+ * @encoded: whether this Ruby mis-encodes the 3.1-form offset. */
+static VALUE positioned_hook(int argc, VALUE *argv, VALUE self, int encoded,
+                             int op)
 {
     rb_check_arity(argc, 4, 5);
     rsched *s = get_sched(self);
     if (argc == 4)
         return do_io(s, argv[0], argv[1], NUM2SIZET(argv[2]), 0,
-                     file_offset(argv[3], pread_offset_encoded), OP_PREAD);
+                     file_offset(argv[3], encoded), op);
     return do_io(s, argv[0], argv[1], NUM2SIZET(argv[3]), NUM2SIZET(argv[4]),
-                 file_offset(argv[2], 0), OP_PREAD);
+                 file_offset(argv[2], 0), op);
+}
+
+static VALUE s_io_pread(int argc, VALUE *argv, VALUE self)
+{
+    return positioned_hook(argc, argv, self, pread_offset_encoded, OP_PREAD);
 }
 
 static VALUE s_io_pwrite(int argc, VALUE *argv, VALUE self)
 {
-    rb_check_arity(argc, 4, 5);
-    rsched *s = get_sched(self);
-    if (argc == 4)
-        return do_io(s, argv[0], argv[1], NUM2SIZET(argv[2]), 0,
-                     file_offset(argv[3], pwrite_offset_encoded), OP_PWRITE);
-    return do_io(s, argv[0], argv[1], NUM2SIZET(argv[3]), NUM2SIZET(argv[4]),
-                 file_offset(argv[2], 0), OP_PWRITE);
+    return positioned_hook(argc, argv, self, pwrite_offset_encoded, OP_PWRITE);
 }
 
 /* io_close(fd) (4.0) or io_close(io): wake its waiters with EBADF and drop
