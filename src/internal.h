@@ -4,7 +4,7 @@
  * Layers, bottom up:
  *   ctx      machine context switch (assembly in arch/, or ucontext)
  *   stack    mmap'd stacks with guard pages and a free cache
- *   timer    (deadline, sequence)-ordered binary heap
+ *   timer    (deadline, sequence)-ordered 4-ary heap
  *   reactor  waits, fd table, backends, cross-thread posts; knows nothing
  *            about stacks: a completed wait calls its wake function
  *   sched    fibers on top of the reactor (wake = make the fiber runnable)
@@ -120,8 +120,16 @@ struct weft__timer {
 };
 #define WEFT__TIMER_IDLE UINT32_MAX
 
+/* A heap slot: the timer's key, copied, so that sifting compares within
+ * the array instead of reading timers that live in other fibers' stacks. */
+typedef struct weft__hent {
+    int64_t deadline;
+    uint64_t seq;
+    weft__timer *t;
+} weft__hent;
+
 typedef struct weft__heap {
-    weft__timer **h;
+    weft__hent *h;
     uint32_t n, cap;
     uint64_t seq;
 } weft__heap;
@@ -129,7 +137,7 @@ typedef struct weft__heap {
 int weft__heap_push(weft__heap *hp, weft__timer *t);
 void weft__heap_remove(weft__heap *hp, weft__timer *t);
 static inline weft__timer *weft__heap_top(const weft__heap *hp) {
-    return hp->n ? hp->h[0] : NULL;
+    return hp->n ? hp->h[0].t : NULL;
 }
 void weft__heap_fini(weft__heap *hp);
 
@@ -290,6 +298,10 @@ static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
 void weft__wait_init(weft__wait *w, weft__reactor *r,
                      void (*wake)(weft__wait *), void *owner);
 int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
+/* The same for a @deadline the caller has just seen to lie in the future
+ * (or WEFT_FOREVER): no clock read. One that passed in between fires at the
+ * next turn of the loop. */
+int weft__wait_arm_later(weft__wait *w, int64_t deadline);
 /* Link @w to @fd for @events. If an edge was seen with no waiter, the wait
  * completes immediately with those events. Returns 0 or -ENOMEM. */
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);

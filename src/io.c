@@ -92,12 +92,13 @@ static void wait_op_out(weft_sched_t *s, weft__wait *w)
     }
 }
 
+/* Callers have just checked ring_ok(@deadline). */
 static ssize_t ring_op(const weft__opdesc *d, int64_t deadline)
 {
     weft_sched_t *s = weft__sched_tls();
     weft__wait w;
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
-    int rc = weft__wait_arm_deadline(&w, deadline);
+    int rc = weft__wait_arm_later(&w, deadline); /* ring_ok() read the clock */
     if (rc == 0)
         rc = weft__wait_arm_op(&w, d);
     if (rc < 0) {

@@ -117,6 +117,14 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
     return weft__heap_push(&w->r->timers, &w->timer);
 }
 
+int weft__wait_arm_later(weft__wait *w, int64_t deadline)
+{
+    if (deadline == WEFT_FOREVER || !w->active)
+        return 0;
+    w->timer.deadline = deadline;
+    return weft__heap_push(&w->r->timers, &w->timer);
+}
+
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
 {
     if (!w->active)

@@ -1,6 +1,8 @@
 /* Timers: ordering, equal deadlines fire FIFO, past / far-future / forever
- * deadlines, bad deadlines. */
+ * deadlines, bad deadlines; the heap itself against a model under random
+ * pushes, removals from any slot and pops. */
 #include "harness.h"
+#include "internal.h"
 
 #include <stdint.h>
 
@@ -89,9 +91,58 @@ static void *body(void *arg)
     return arg;
 }
 
+/* The timer heap against a brute-force model: 200,000 random operations
+ * (push with few distinct deadlines so ties are common, remove a random
+ * armed timer, pop the top), checking after each that the top is the
+ * armed timer with the least (deadline, arming order) and that every armed
+ * timer knows its slot. */
+#define NT 512
+static void heap_model(void)
+{
+    static weft__timer t[NT];
+    static uint64_t armed_at[NT];
+    weft__heap hp = {0};
+    uint64_t clock = 0;
+    uint32_t rng = 12345;
+    for (int i = 0; i < NT; i++)
+        t[i].idx = WEFT__TIMER_IDLE;
+    for (int step = 0; step < 200000; step++) {
+        rng = rng * 1103515245u + 12345u;
+        int i = (int)((rng >> 8) % NT);
+        int what = (int)((rng >> 20) % 3);
+        if (what == 0 && t[i].idx == WEFT__TIMER_IDLE) {
+            t[i].deadline = (int64_t)((rng >> 4) % 37);
+            CHECK_EQ(weft__heap_push(&hp, &t[i]), 0);
+            armed_at[i] = clock++;
+        } else if (what == 1) {
+            weft__heap_remove(&hp, &t[i]); /* armed or not */
+            CHECK_EQ(t[i].idx, WEFT__TIMER_IDLE);
+        } else if (hp.n) {
+            weft__heap_remove(&hp, weft__heap_top(&hp));
+        }
+        int best = -1;
+        uint32_t n = 0;
+        for (int k = 0; k < NT; k++) {
+            if (t[k].idx == WEFT__TIMER_IDLE)
+                continue;
+            n++;
+            CHECK(t[k].idx < hp.n);
+            CHECK(hp.h[t[k].idx].t == &t[k]);
+            CHECK_EQ(hp.h[t[k].idx].deadline, t[k].deadline);
+            if (best < 0 || t[k].deadline < t[best].deadline ||
+                (t[k].deadline == t[best].deadline && armed_at[k] < armed_at[best]))
+                best = k;
+        }
+        CHECK_EQ(n, hp.n);
+        CHECK(best < 0 ? weft__heap_top(&hp) == NULL : weft__heap_top(&hp) == &t[best]);
+    }
+    weft__heap_fini(&hp);
+}
+
 int main(void)
 {
     h_begin("timer");
+    heap_model();
     h_run(body, NULL);
     return h_end();
 }
