@@ -294,6 +294,35 @@ static void pipelining(void)
     CHECK_EQ(p.status, 200);
     CHECK(strcmp(p.body, "Hello, World!") == 0);
     weft_close(r.fd);
+
+    /* A valid head much larger than the connection's first buffer (which
+     * is small), pipelined between two ordinary requests: the buffer
+     * grows without losing the bytes around the switch, and keep-alive
+     * goes on. */
+    static char big[12000];
+    n = (size_t)sprintf(big, "GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+                             "GET / HTTP/1.1\r\nHost: t\r\n");
+    for (int i = 0; i < 3; i++) {
+        n += (size_t)sprintf(big + n, "X-Big-%d: ", i);
+        memset(big + n, 'a' + i, 3000);
+        n += 3000;
+        n += (size_t)sprintf(big + n, "\r\n");
+    }
+    n += (size_t)sprintf(big + n, "\r\nHEAD / HTTP/1.1\r\nHost: t\r\n\r\n");
+    r.fd = connect_srv();
+    r.have = 0;
+    send_str(r.fd, big, n);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(read_resp(&r, &p, i == 2), 0);
+        CHECK_EQ(p.status, 200);
+        CHECK_EQ(p.close, 0);
+        CHECK_EQ(p.body_len, 13);
+    }
+    send_str(r.fd, one, strlen(one));
+    CHECK_EQ(read_resp(&r, &p, 0), 0);
+    CHECK_EQ(p.status, 200);
+    CHECK(strcmp(p.body, "Hello, World!") == 0);
+    weft_close(r.fd);
 }
 
 /* 40 client fibers, 25 keep-alive requests each, pipelined in pairs. */
