@@ -108,6 +108,8 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
             m |= WEFT_ERROR;
         if (e & EPOLLHUP)
             m |= WEFT_HANGUP;
+        if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            m |= WEFT__EV_PEER_GONE;
         weft__reactor_fd_event(r, evs[i].data.u64, m);
     }
     return 0;

@@ -198,6 +198,11 @@ typedef struct weft__oprec {
     weft__wait *wait;          /* NULL once abandoned                    */
 } weft__oprec;
 
+/* Backends add this to the events they report for a descriptor when the
+ * peer shut down its side or the descriptor has an error (epoll: RDHUP,
+ * HUP, ERR); the reactor notes it and strips it. */
+#define WEFT__EV_PEER_GONE 0x100
+
 /* Per-descriptor state, indexed by fd number. */
 typedef struct weft__fdstate {
     weft__wait *head;     /* waiters                                        */
@@ -208,6 +213,15 @@ typedef struct weft__fdstate {
     uint8_t kind;         /* WEFT__FD_UNKNOWN / SOCKET / OTHER              */
     uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
     uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
+    /* Readiness backends, stream sockets: a read came back short, so the
+     * receive queue was empty then, and no readable edge has been reported
+     * since: the next read waits for one before trying (io.c). */
+    uint8_t rd_drained;
+    uint8_t rd_edge;      /* a readable edge was reported (any waiter or none) */
+    uint8_t rd_hup;       /* the peer closed, or an error: a short read may
+                             have left an EOF or error pending, never wait
+                             first again                                   */
+    uint8_t stream;       /* 0 unknown, 1 SOCK_STREAM, 2 another socket type  */
 } weft__fdstate;
 
 enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2,

@@ -183,6 +183,45 @@ static int begin(int fd, int64_t deadline)
 
 static void adopt(int fd, int kind);
 
+/*
+ * Readiness backends: after a stream socket read that came back short (the
+ * receive queue was empty at that moment), the next read would most often
+ * fail with EAGAIN, a wasted system call per request in a request/response
+ * protocol. While no readable edge has been reported since, wait for one
+ * first. Safe with epoll's edge triggering because any data that arrives
+ * later raises a new edge, which the reactor records even with no waiter
+ * (rd_edge); the poll backend is level-triggered anyway. A deadline that
+ * passes during that wait still gets its one non-blocking attempt.
+ */
+static bool read_waits_first(const weft__fdstate *st, int flags)
+{
+    return st->rd_drained && !st->rd_edge && !st->rd_hup && !(flags & MSG_PEEK);
+}
+
+static size_t iov_total(const struct iovec *iov, int cnt)
+{
+    size_t t = 0;
+    for (int i = 0; i < cnt; i++)
+        t += iov[i].iov_len;
+    return t;
+}
+
+static void note_read(weft__fdstate *st, int fd, ssize_t n, size_t asked, int flags)
+{
+    if (n <= 0 || (size_t)n >= asked || (flags & MSG_PEEK)) {
+        st->rd_drained = 0;
+        return;
+    }
+    if (!st->stream) {
+        int type = 0;
+        socklen_t len = sizeof type;
+        st->stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+                             type == SOCK_STREAM ? 1 : 2;
+    }
+    /* A short datagram says nothing about the next one. */
+    st->rd_drained = st->stream == 1;
+}
+
 /* The errno of a failed call: 0 means "would block, wait", else -errno. */
 static inline int failed(void)
 {
@@ -230,6 +269,16 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
         return rc;
     const uint32_t ready = write ? WEFT_WRITABLE : WEFT_READABLE;
     bool tried = !uring_try_first();
+    weft__reactor *r = &weft__sched_tls()->r;
+    const bool readiness = !weft__reactor_has_ops(r);
+    bool last_try = false;
+    if (readiness && !write && read_waits_first(&r->fds[fd], flags)) {
+        rc = io_wait(fd, ready, deadline);
+        if (rc == -ETIMEDOUT)
+            last_try = true;
+        else if (rc < 0)
+            return rc;
+    }
     for (;;) {
         ssize_t n;
         int kind = fd_kind(fd);
@@ -265,10 +314,14 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
         if (sock || kind == WEFT__FD_UNKNOWN) {
             struct msghdr m = {.msg_iov = (struct iovec *)iov,
                                .msg_iovlen = (size_t)cnt};
+            if (!write)
+                r->fds[fd].rd_edge = 0;
             n = write ? sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL)
                       : recvmsg(fd, &m, flags | MSG_DONTWAIT);
             if (n >= 0 && kind == WEFT__FD_UNKNOWN)
                 fd_set_kind(fd, WEFT__FD_SOCKET);
+            if (readiness && !write && (n >= 0 || errno != EINTR))
+                note_read(&r->fds[fd], fd, n, iov_total(iov, cnt), flags);
             if (n < 0 && errno == ENOTSOCK) {
                 if (socket_only)
                     return -ENOTSOCK;
@@ -289,6 +342,8 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
             continue;
         if ((rc = failed()) < 0)
             return rc;
+        if (last_try)
+            return -ETIMEDOUT;
         if (!tried && sock) {
             tried = true;
             continue; /* would block: now the ring */

@@ -235,10 +235,15 @@ void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents)
     uint32_t gen = (uint32_t)(token >> 32);
     if (fd < 0 || fd >= r->nfds || r->fds[fd].gen != gen)
         return; /* stale: the descriptor was closed or reused */
+    if (revents & (WEFT__EV_PEER_GONE | WEFT_ERROR | WEFT_HANGUP))
+        r->fds[fd].rd_hup = 1;
+    revents &= ~(uint32_t)WEFT__EV_PEER_GONE;
     uint32_t problems = revents & (WEFT_ERROR | WEFT_HANGUP);
     uint32_t avail = revents & (WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE);
     if (problems)
         avail |= WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE;
+    if (avail & WEFT_READABLE)
+        r->fds[fd].rd_edge = 1;
     weft__wait *w = r->fds[fd].head, *next;
     for (; w; w = next) {
         next = w->fnext;
@@ -262,6 +267,10 @@ void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
     st->kind = WEFT__FD_UNKNOWN;
     st->nonblock = 0;
     st->always_ready = 0;
+    st->rd_drained = 0;
+    st->rd_edge = 0;
+    st->rd_hup = 0;
+    st->stream = 0;
 }
 
 void weft__reactor_fd_new(weft__reactor *r, int fd)
