@@ -15,6 +15,20 @@
 # the kernel allows it, else epoll; the backend is printed); "weft_epoll"
 # forces WEFT_BACKEND=epoll and is the one compared with the raw C epoll
 # floor, which runs on the same backend.
+#
+# Two arrangements:
+#  - shared: servers and wrk share the machine's cores as the scheduler
+#    sees fit. On a small machine this measures wrk as much as the
+#    server: wrk spends ~8 us of CPU per request here, more than any
+#    server, so a server that needs half the CPU of another gains far
+#    less than 2x in requests/s.
+#  - server-bound (1 server thread): every server runs in its own cgroup
+#    limited to WEFT_HTTP_BOUND_CPU of a CPU (default 0.5; "0" skips it),
+#    the same budget for each, and wrk gets the rest of the machine, which
+#    is more than it needs to saturate any of them. Each server's measured
+#    CPU use is printed next to the table: at the limit means the server,
+#    not wrk, set the rate. Needs a writable cgroup cpu controller (v1 or
+#    v2, i.e. root); skipped with a message otherwise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -33,7 +47,7 @@ cleanup() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
-trap cleanup EXIT
+trap 'cleanup; cg_cleanup' EXIT
 trap 'exit 130' INT TERM
 
 for c in wrk nginx go cc; do
@@ -53,27 +67,71 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 12000)); port_free $p && { echo $p; return; }; done; return 1; }
 wait_port() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
 
+# ---- cgroups for the server-bound runs: one per server, the same CPU
+# quota for each (period 10 ms, so throttling is fine-grained).
+bound_cpu=${WEFT_HTTP_BOUND_CPU:-0.5}
+cg_kind="" cg_base="" cgs=()
+cg_setup() {
+  local period=10000 quota
+  quota=$(awk -v c="$bound_cpu" 'BEGIN { printf "%d", c * 10000 }')
+  [ "$quota" -gt 0 ] || return 1
+  if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    cg_kind=v2 cg_base=/sys/fs/cgroup
+    grep -qw cpu "$cg_base/cgroup.subtree_control" 2>/dev/null ||
+      echo +cpu > "$cg_base/cgroup.subtree_control" 2>/dev/null || return 1
+  elif [ -w /sys/fs/cgroup/cpu/cgroup.procs ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    cg_kind=v1 cg_base=/sys/fs/cgroup/cpu
+  else
+    return 1
+  fi
+  local s d
+  for s in $servers; do
+    d=$cg_base/weft-bench-$s-$$
+    mkdir -p "$d" 2>/dev/null || return 1
+    cgs+=("$d")
+    if [ $cg_kind = v2 ]; then
+      echo "$quota $period" > "$d/cpu.max" || return 1
+    else
+      echo $period > "$d/cpu.cfs_period_us" && echo "$quota" > "$d/cpu.cfs_quota_us" || return 1
+    fi
+  done
+}
+cg_cleanup() { local d; for d in "${cgs[@]}"; do rmdir "$d" 2>/dev/null || true; done; cgs=(); }
+
+# Start server NAME's command in the background, inside its cgroup when
+# the run is server-bound ($bound_run); its pid lands in $! as usual.
+in_cg=""
+launch() { # NAME CMD...
+  local d=""; [ -n "$in_cg" ] && d=$cg_base/weft-bench-$1-$$
+  shift
+  if [ -n "$d" ]; then
+    ( echo $BASHPID > "$d/cgroup.procs" && exec "$@" ) &
+  else
+    "$@" &
+  fi
+}
+
 declare -A port label spid
 start_servers() { # THREADS
   local t=$1 s
   for s in $servers; do
     port[$s]=$(pick_port)
     case $s in
-      weft)  "$root/build/examples/http_server" --port "${port[$s]}" --threads "$t" --quiet >"$tmp/weft.out" &
+      weft)  launch $s "$root/build/examples/http_server" --port "${port[$s]}" --threads "$t" --quiet >"$tmp/weft.out"
              label[$s]="weft http_server" ;;
-      weft_epoll) WEFT_BACKEND=epoll "$root/build/examples/http_server" --port "${port[$s]}" \
-               --threads "$t" --quiet >"$tmp/weft_epoll.out" &
+      weft_epoll) launch $s env WEFT_BACKEND=epoll "$root/build/examples/http_server" --port "${port[$s]}" \
+               --threads "$t" --quiet >"$tmp/weft_epoll.out"
              label[$s]="weft http_server, epoll" ;;
-      raw)   "$bin/raw_epoll" --port "${port[$s]}" --threads "$t" >/dev/null &
+      raw)   launch $s "$bin/raw_epoll" --port "${port[$s]}" --threads "$t" >/dev/null
              label[$s]="raw C epoll (floor)" ;;
-      libuv) "$bin/uv_http" --port "${port[$s]}" --threads "$t" >/dev/null &
+      libuv) launch $s "$bin/uv_http" --port "${port[$s]}" --threads "$t" >/dev/null
              label[$s]="libuv $(dpkg-query -W -f='${Version}' libuv1-dev 2>/dev/null | cut -d- -f1)" ;;
-      go)    GOMAXPROCS=$t "$bin/go_http" -port "${port[$s]}" >/dev/null &
+      go)    launch $s env GOMAXPROCS="$t" "$bin/go_http" -port "${port[$s]}" >/dev/null
              label[$s]="Go $(go env GOVERSION 2>/dev/null | sed 's/^go//') net/http" ;;
       nginx) mkdir -p "$tmp/nginx$t"
              sed -e "s|@WORKERS@|$t|; s|@DIR@|$tmp/nginx$t|g; s|@PORT@|${port[$s]}|" \
                "$root/bench/peers/nginx.conf.in" > "$tmp/nginx$t/nginx.conf"
-             nginx -p "$tmp/nginx$t" -c "$tmp/nginx$t/nginx.conf" -e "$tmp/nginx$t/error.log" &
+             launch $s nginx -p "$tmp/nginx$t" -c "$tmp/nginx$t/nginx.conf" -e "$tmp/nginx$t/error.log"
              label[$s]="nginx $(nginx -v 2>&1 | sed 's|.*/||')" ;;
     esac
     pids+=($!)
@@ -120,15 +178,15 @@ hz=$(getconf CLK_TCK)
 wrk_run() { # SERVER CONNS SECS
   local out
   out=$(bench_locked bash -c 'measure "$@"' _ "${spid[$1]}" "${port[$1]}" "$2" "$3") || {
-    echo "http.sh: wrk failed against $1" >&2; echo "0 0"; return; }
+    echo "http.sh: wrk failed against $1" >&2; echo "0 0 0"; return; }
   local errs
   errs=$(echo "$out" | sed -n 's/.*Socket errors: //p; s/.*Non-2xx or 3xx responses: /non-2xx /p')
   [ -n "$errs" ] && echo "$1 c$2: $errs" >> "$tmp/errors"
-  echo "$out" | awk -v hz="$hz" '
+  echo "$out" | awk -v hz="$hz" -v secs="$3" '
     /^Requests\/sec:/ { rps = $2 }
     / requests in / { n = $1 }
     /^CPU_TICKS/ { t = $2 }
-    END { printf "%.0f %.2f\n", rps, (n > 0 ? t * 1e6 / hz / n : 0) }'
+    END { printf "%.0f %.2f %.2f\n", rps, (n > 0 ? t * 1e6 / hz / n : 0), t / hz / secs }'
 }
 
 echo
@@ -150,9 +208,36 @@ for t in $threads_list; do
   stop_servers
 done
 
+# Server-bound: 1 server thread, each server limited to the same CPU budget.
+declare -A bruns butil
+bound_ok=0
+if [[ " $threads_list " == *" 1 "* ]] && [ "$bound_cpu" != 0 ]; then
+  if cg_setup; then
+    bound_ok=1
+    echo "== http, server-bound: each server in its own cgroup limited to $bound_cpu CPU (cgroup $cg_kind CPU quota), wrk -t2 unconstrained"
+    in_cg=1
+    start_servers 1
+    for s in $servers; do for c in $conns_list; do wrk_run "$s" "$c" 1 >/dev/null; done; done # warm-up
+    for ((r = 0; r < reps; r++)); do
+      for c in $conns_list; do
+        for s in $servers; do
+          set -- $(wrk_run "$s" "$c" "$secs")
+          bruns[$s,$c]+="$1 "
+          butil[$s,$c]+="$3 "
+        done
+      done
+    done
+    stop_servers
+    in_cg=""
+  else
+    echo "== http, server-bound: skipped (no writable cgroup cpu controller; run as root)"
+  fi
+  cg_cleanup
+fi
+
 declare -A target=([nginx]=1.3 [libuv]=1.2 [go]=2 [raw]=0.95)
 backend=$(sed -n 's/.*, \([a-z_]*\) backend.*/\1/p' "$tmp/weft.out" 2>/dev/null | head -n1)
-bench_header "http: requests/s, higher is better; ratio = weft / peer (weft backend: ${backend:-?})"
+bench_header "http, shared cores (wrk and server side by side): requests/s, higher is better; ratio = weft / peer (weft backend: ${backend:-?})"
 has() { [[ " $servers " == *" $1 "* ]]; }
 for t in $threads_list; do
   for c in $conns_list; do
@@ -187,6 +272,31 @@ for t in $threads_list; do
     done
   done
 done
+if [ $bound_ok = 1 ]; then
+  bench_header "http, server-bound (1 thread, $bound_cpu CPU each, wrk has the rest): requests/s, higher is better; ratio = weft / peer"
+  for c in $conns_list; do
+    for s in $servers; do
+      case $s in weft|weft_epoll) continue ;; esac
+      note=""
+      [ -n "${target[$s]:-}" ] && note="target: >= ${target[$s]}x"
+      if has weft; then
+        bench_report $G "bound_hello_1thr_${c}conn" req/s higher "${bruns[weft,$c]}" \
+          "${label[$s]}" "${bruns[$s,$c]}" "$note${note:+; }server-bound at $bound_cpu CPU; weft on ${backend:-its default backend}"
+      fi
+      if [ "$s" = raw ] && has weft_epoll; then
+        bench_report $G "bound_hello_1thr_${c}conn_epoll" req/s higher "${bruns[weft_epoll,$c]}" \
+          "${label[$s]}" "${bruns[$s,$c]}" "$note${note:+; }server-bound at $bound_cpu CPU; weft forced to epoll"
+      fi
+    done
+  done
+  # Each server's CPU use (median over the runs, CPU-seconds per second):
+  # at the budget means the server was the bottleneck, as intended.
+  for c in $conns_list; do
+    line=""
+    for s in $servers; do line+=" $s $(bench_median "${butil[$s,$c]}"),"; done
+    echo "   CPU used of the $bound_cpu allowed, $c connections:${line%,}"
+  done
+fi
 if [ -s "$tmp/errors" ]; then
   echo "   wrk reported errors:"; sed 's/^/     /' "$tmp/errors"
 else
