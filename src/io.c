@@ -316,8 +316,15 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
                                .msg_iovlen = (size_t)cnt};
             if (!write)
                 r->fds[fd].rd_edge = 0;
-            n = write ? sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL)
-                      : recvmsg(fd, &m, flags | MSG_DONTWAIT);
+            /* One buffer: send/recv, which spare the kernel copying in a
+             * msghdr and importing an iovec (~0.15 us a call here). */
+            if (cnt == 1)
+                n = write ? send(fd, iov[0].iov_base, iov[0].iov_len,
+                                 flags | MSG_DONTWAIT | MSG_NOSIGNAL)
+                          : recv(fd, iov[0].iov_base, iov[0].iov_len, flags | MSG_DONTWAIT);
+            else
+                n = write ? sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL)
+                          : recvmsg(fd, &m, flags | MSG_DONTWAIT);
             if (n >= 0 && kind == WEFT__FD_UNKNOWN)
                 fd_set_kind(fd, WEFT__FD_SOCKET);
             if (readiness && !write && (n >= 0 || errno != EINTR))
