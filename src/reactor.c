@@ -113,8 +113,7 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
         weft__wait_complete(w, -ETIMEDOUT);
         return 0;
     }
-    w->timer.deadline = deadline;
-    return weft__heap_push(&w->r->timers, &w->timer);
+    return weft__wait_arm_later(w, deadline);
 }
 
 int weft__wait_arm_later(weft__wait *w, int64_t deadline)

@@ -192,42 +192,35 @@ wrk_run() { # SERVER CONNS SECS
 echo
 echo "== http: keep-alive hello world, wrk -t2 -c{$conns_list} -d${secs}s, $reps runs each, runs interleaved"
 echo "   command: WEFT_BENCH_REPS=$reps WEFT_HTTP_SECS=$secs bash bench/parts/http.sh (part of make bench)"
-declare -A runs cpu
-for t in $threads_list; do
+# Runs keyed "MODE,SERVER,THREADS,CONNS" (MODE: shared | bound): requests/s,
+# server CPU us/request, server CPU-seconds per second.
+declare -A runs cpu util
+measure_all() { # MODE THREADS: start the servers, warm up, measure, stop
+  local m=$1 t=$2 s c r
   start_servers "$t"
   for s in $servers; do for c in $conns_list; do wrk_run "$s" "$c" 1 >/dev/null; done; done # warm-up
   for ((r = 0; r < reps; r++)); do
     for c in $conns_list; do
       for s in $servers; do
         set -- $(wrk_run "$s" "$c" "$secs")
-        runs[$s,$t,$c]+="$1 "
-        cpu[$s,$t,$c]+="$2 "
+        runs[$m,$s,$t,$c]+="$1 "
+        cpu[$m,$s,$t,$c]+="$2 "
+        util[$m,$s,$t,$c]+="$3 "
       done
     done
   done
   stop_servers
-done
+}
+for t in $threads_list; do measure_all shared "$t"; done
 
 # Server-bound: 1 server thread, each server limited to the same CPU budget.
-declare -A bruns butil
 bound_ok=0
 if [[ " $threads_list " == *" 1 "* ]] && [ "$bound_cpu" != 0 ]; then
   if cg_setup; then
     bound_ok=1
     echo "== http, server-bound: each server in its own cgroup limited to $bound_cpu CPU (cgroup $cg_kind CPU quota), wrk -t2 unconstrained"
     in_cg=1
-    start_servers 1
-    for s in $servers; do for c in $conns_list; do wrk_run "$s" "$c" 1 >/dev/null; done; done # warm-up
-    for ((r = 0; r < reps; r++)); do
-      for c in $conns_list; do
-        for s in $servers; do
-          set -- $(wrk_run "$s" "$c" "$secs")
-          bruns[$s,$c]+="$1 "
-          butil[$s,$c]+="$3 "
-        done
-      done
-    done
-    stop_servers
+    measure_all bound 1
     in_cg=""
   else
     echo "== http, server-bound: skipped (no writable cgroup cpu controller; run as root)"
@@ -237,63 +230,48 @@ fi
 
 declare -A target=([nginx]=1.3 [libuv]=1.2 [go]=2 [raw]=0.95)
 backend=$(sed -n 's/.*, \([a-z_]*\) backend.*/\1/p' "$tmp/weft.out" 2>/dev/null | head -n1)
-bench_header "http, shared cores (wrk and server side by side): requests/s, higher is better; ratio = weft / peer (weft backend: ${backend:-?})"
 has() { [[ " $servers " == *" $1 "* ]]; }
+# One row per peer (and weft on epoll against the floor) for THREADS and
+# CONNS: NAME is the figure's name before "_epoll", ARRAY one of runs/cpu.
+report_peers() { # MODE THREADS CONNS NAME UNIT BETTER ARRAY TARGETS(0/1) NOTE
+  local m=$1 t=$2 c=$3 name=$4 unit=$5 better=$6 note=$9 s tn
+  local -n arr=$7
+  for s in $servers; do
+    case $s in weft|weft_epoll) continue ;; esac
+    tn=""
+    [ "$8" = 1 ] && [ -n "${target[$s]:-}" ] && tn="target on 1 thread: >= ${target[$s]}x; "
+    if has weft; then
+      bench_report $G "$name" "$unit" "$better" "${arr[$m,weft,$t,$c]}" \
+        "${label[$s]}" "${arr[$m,$s,$t,$c]}" "$tn${note}weft on ${backend:-its default backend}"
+    fi
+    if [ "$s" = raw ] && has weft_epoll; then
+      bench_report $G "${name}_epoll" "$unit" "$better" "${arr[$m,weft_epoll,$t,$c]}" \
+        "${label[$s]}" "${arr[$m,$s,$t,$c]}" "$tn${note}weft forced to epoll: the same backend as the floor"
+    fi
+  done
+}
+bench_header "http, shared cores (wrk and server side by side): requests/s, higher is better; ratio = weft / peer (weft backend: ${backend:-?})"
 for t in $threads_list; do
   for c in $conns_list; do
-    for s in $servers; do
-      case $s in weft|weft_epoll) continue ;; esac
-      note=""
-      [ "$t" = 1 ] && [ -n "${target[$s]:-}" ] && note="target on 1 thread: >= ${target[$s]}x"
-      if has weft; then
-        bench_report $G "hello_${t}thr_${c}conn" req/s higher "${runs[weft,$t,$c]}" \
-          "${label[$s]}" "${runs[$s,$t,$c]}" "$note${note:+; }weft on ${backend:-its default backend}"
-      fi
-      if [ "$s" = raw ] && has weft_epoll; then
-        bench_report $G "hello_${t}thr_${c}conn_epoll" req/s higher "${runs[weft_epoll,$t,$c]}" \
-          "${label[$s]}" "${runs[$s,$t,$c]}" "$note${note:+; }weft forced to epoll: the same backend as the floor"
-      fi
-    done
+    report_peers shared "$t" "$c" "hello_${t}thr_${c}conn" req/s higher runs $([ "$t" = 1 ] && echo 1 || echo 0) ""
   done
 done
 bench_header "http: server CPU time per request (user+system, all its threads/workers), lower is better; ratio = peer / weft"
 for t in $threads_list; do
   for c in $conns_list; do
-    for s in $servers; do
-      case $s in weft|weft_epoll) continue ;; esac
-      if has weft; then
-        bench_report $G "cpu_per_req_${t}thr_${c}conn" us/req lower "${cpu[weft,$t,$c]}" \
-          "${label[$s]}" "${cpu[$s,$t,$c]}" "weft on ${backend:-its default backend}"
-      fi
-      if [ "$s" = raw ] && has weft_epoll; then
-        bench_report $G "cpu_per_req_${t}thr_${c}conn_epoll" us/req lower "${cpu[weft_epoll,$t,$c]}" \
-          "${label[$s]}" "${cpu[$s,$t,$c]}" "weft forced to epoll: the same backend as the floor"
-      fi
-    done
+    report_peers shared "$t" "$c" "cpu_per_req_${t}thr_${c}conn" us/req lower cpu 0 ""
   done
 done
 if [ $bound_ok = 1 ]; then
   bench_header "http, server-bound (1 thread, $bound_cpu CPU each, wrk has the rest): requests/s, higher is better; ratio = weft / peer"
   for c in $conns_list; do
-    for s in $servers; do
-      case $s in weft|weft_epoll) continue ;; esac
-      note=""
-      [ -n "${target[$s]:-}" ] && note="target: >= ${target[$s]}x"
-      if has weft; then
-        bench_report $G "bound_hello_1thr_${c}conn" req/s higher "${bruns[weft,$c]}" \
-          "${label[$s]}" "${bruns[$s,$c]}" "$note${note:+; }server-bound at $bound_cpu CPU; weft on ${backend:-its default backend}"
-      fi
-      if [ "$s" = raw ] && has weft_epoll; then
-        bench_report $G "bound_hello_1thr_${c}conn_epoll" req/s higher "${bruns[weft_epoll,$c]}" \
-          "${label[$s]}" "${bruns[$s,$c]}" "$note${note:+; }server-bound at $bound_cpu CPU; weft forced to epoll"
-      fi
-    done
+    report_peers bound 1 "$c" "bound_hello_1thr_${c}conn" req/s higher runs 1 "server-bound at $bound_cpu CPU; "
   done
   # Each server's CPU use (median over the runs, CPU-seconds per second):
   # at the budget means the server was the bottleneck, as intended.
   for c in $conns_list; do
     line=""
-    for s in $servers; do line+=" $s $(bench_median "${butil[$s,$c]}"),"; done
+    for s in $servers; do line+=" $s $(bench_median "${util[bound,$s,1,$c]}"),"; done
     echo "   CPU used of the $bound_cpu allowed, $c connections:${line%,}"
   done
 fi
