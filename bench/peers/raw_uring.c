@@ -1,0 +1,244 @@
+/*
+ * raw_uring — the io_uring floor for the HTTP benchmark: the same
+ * hello-world HTTP/1.1 server as raw_epoll.c, in plain C on liburing, no
+ * fibers. One thread per --threads, each with its own ring and
+ * SO_REUSEPORT listener.
+ *
+ * One multishot ACCEPT per listener. Each connection always has one RECV
+ * in flight into its input buffer; when it completes, every complete
+ * request head ("\r\n\r\n"-terminated; no other parsing) gets a response
+ * appended to the output buffer, one SEND covers what is not yet in
+ * flight, and the next RECV is queued at once — without waiting for the
+ * send, as an event loop would. A short send is continued from where it
+ * stopped; appends go after the bytes in flight, so the kernel never
+ * reads a byte that changes. Submissions of one loop turn go in with the
+ * wait for the next completion (one io_uring_enter).
+ *
+ *   raw_uring --port P [--threads N]
+ *   raw_uring --probe      exit 0 if this kernel lets us set up the ring
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <liburing.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BUF 16384
+
+static const char RESP[] = "HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\n"
+                           "Content-Length: 13\r\n\r\nHello, World!";
+static int port = 8080;
+
+enum { ACCEPT = 1, RECV = 2, SEND = 3 };
+
+typedef struct conn {
+    int fd;
+    int busy;             /* operations in flight (recv + send) */
+    int closing;
+    size_t inlen;
+    size_t outoff, outlen; /* [outoff, sent_to) in flight, up to outlen queued */
+    size_t sent_to;
+    char in[BUF];
+    char out[BUF];
+} conn;
+
+static inline uint64_t tag(conn *c, int kind)
+{
+    return (uint64_t)(uintptr_t)c | (uint64_t)kind;
+}
+
+static struct io_uring_sqe *sqe(struct io_uring *ring)
+{
+    struct io_uring_sqe *s;
+    while (!(s = io_uring_get_sqe(ring)))
+        io_uring_submit(ring);
+    return s;
+}
+
+static int listener(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, SOMAXCONN) < 0) {
+        perror("raw_uring: listen");
+        exit(1);
+    }
+    return fd;
+}
+
+static void arm_accept(struct io_uring *ring, int lfd)
+{
+    struct io_uring_sqe *s = sqe(ring);
+    io_uring_prep_multishot_accept(s, lfd, NULL, NULL, SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(s, ACCEPT);
+}
+
+static void arm_recv(struct io_uring *ring, conn *c)
+{
+    struct io_uring_sqe *s = sqe(ring);
+    io_uring_prep_recv(s, c->fd, c->in + c->inlen, BUF - c->inlen, 0);
+    io_uring_sqe_set_data64(s, tag(c, RECV));
+    c->busy++;
+}
+
+static void arm_send(struct io_uring *ring, conn *c)
+{
+    struct io_uring_sqe *s = sqe(ring);
+    io_uring_prep_send(s, c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(s, tag(c, SEND));
+    c->sent_to = c->outlen;
+    c->busy++;
+}
+
+/* The connection is finished with once nothing of it is in flight. */
+static void release(conn *c)
+{
+    if (c->busy == 0) {
+        close(c->fd);
+        free(c);
+    }
+}
+
+static void on_recv(struct io_uring *ring, conn *c, int res)
+{
+    if (res <= 0 || c->closing) {
+        c->closing = 1;
+        shutdown(c->fd, SHUT_RDWR); /* ends a send still in flight */
+        release(c);
+        return;
+    }
+    c->inlen += (size_t)res;
+    size_t off = 0;
+    char *e;
+    while ((e = memmem(c->in + off, c->inlen - off, "\r\n\r\n", 4))) {
+        off = (size_t)(e - c->in) + 4;
+        if (c->outlen + sizeof RESP - 1 > BUF)
+            break;
+        memcpy(c->out + c->outlen, RESP, sizeof RESP - 1);
+        c->outlen += sizeof RESP - 1;
+    }
+    memmove(c->in, c->in + off, c->inlen - off);
+    c->inlen -= off;
+    if (c->inlen == BUF) {
+        c->closing = 1;
+        shutdown(c->fd, SHUT_RDWR);
+        release(c);
+        return;
+    }
+    if (c->sent_to == c->outoff && c->outlen > c->outoff)
+        arm_send(ring, c); /* nothing in flight: send what was queued */
+    arm_recv(ring, c);
+}
+
+static void on_send(struct io_uring *ring, conn *c, int res)
+{
+    if (res <= 0 || c->closing) {
+        c->closing = 1;
+        shutdown(c->fd, SHUT_RDWR);
+        release(c);
+        return;
+    }
+    c->outoff += (size_t)res;
+    if (c->outoff == c->outlen) {
+        c->outoff = c->outlen = c->sent_to = 0;
+        return;
+    }
+    c->sent_to = c->outoff;
+    arm_send(ring, c); /* the rest of a short send, then what came after */
+}
+
+/* The ring weft's io_uring backend sets up too (flags; a deeper CQ). */
+static int ring_init(struct io_uring *ring)
+{
+    struct io_uring_params p = {.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN |
+                                         IORING_SETUP_CQSIZE,
+                                .cq_entries = 8192};
+    return io_uring_queue_init_params(1024, ring, &p);
+}
+
+static void *loop(void *arg)
+{
+    (void)arg;
+    int lfd = listener();
+    struct io_uring ring;
+    int rc = ring_init(&ring);
+    if (rc < 0) {
+        fprintf(stderr, "raw_uring: io_uring_queue_init: %s\n", strerror(-rc));
+        exit(1);
+    }
+    arm_accept(&ring, lfd);
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        rc = io_uring_submit_and_wait(&ring, 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+            fprintf(stderr, "raw_uring: submit: %s\n", strerror(-rc));
+            exit(1);
+        }
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe)
+        {
+            seen++;
+            uint64_t d = cqe->user_data;
+            int res = cqe->res;
+            if (d == ACCEPT) {
+                if (res >= 0) {
+                    int one = 1;
+                    setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    conn *c = malloc(sizeof *c);
+                    c->fd = res;
+                    c->busy = c->closing = 0;
+                    c->inlen = c->outoff = c->outlen = c->sent_to = 0;
+                    arm_recv(&ring, c);
+                }
+                if (!(cqe->flags & IORING_CQE_F_MORE))
+                    arm_accept(&ring, lfd);
+                continue;
+            }
+            conn *c = (conn *)(uintptr_t)(d & ~(uint64_t)7);
+            c->busy--;
+            if ((d & 7) == RECV)
+                on_recv(&ring, c, res);
+            else
+                on_send(&ring, c, res);
+        }
+        io_uring_cq_advance(&ring, seen);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 1;
+    if (argc == 2 && !strcmp(argv[1], "--probe")) {
+        struct io_uring ring;
+        if (ring_init(&ring) < 0)
+            return 1;
+        io_uring_queue_exit(&ring);
+        return 0;
+    }
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--port"))
+            port = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+    }
+    printf("raw_uring: listening on 127.0.0.1:%d with %d threads\n", port, threads);
+    fflush(stdout);
+    pthread_t t;
+    for (int i = 1; i < threads; i++)
+        pthread_create(&t, NULL, loop, NULL);
+    loop(NULL);
+    return 0;
+}
