@@ -492,12 +492,57 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
                  int64_t deadline);
 
 /**
- * weft_shutdown — shutdown(2) on @fd; never blocks. Returns 0 or -errno.
+ * weft_shutdown — shutdown(2) on @fd. Never waits for a peer; in a fiber,
+ * write-behind bytes (weft_write_behind()) go out first unless @how is
+ * SHUT_RD, which waits at most until their deadline. Returns 0 or -errno.
  */
 int weft_shutdown(int fd, int how);
 
 /**
- * weft_close — close @fd, first waking every fiber waiting on it with
+ * weft_write_behind — let small sends on stream socket @fd return before
+ * the kernel has taken the bytes (@on 1), or stop that for new sends
+ * (@on 0).
+ *
+ * On io_uring a fiber's send of up to ~3.7 KiB with no flags (weft_send,
+ * weft_write, weft_writev) is copied into a buffer the scheduler owns,
+ * submitted, and the call returns the full length at once: the fiber is
+ * not resumed again for the send's completion, which in a request/response
+ * server halves the resumes per request. Further small sends are appended
+ * behind the bytes in flight, so order is kept; a larger or flagged send,
+ * weft_flush(), weft_shutdown() and weft_close() first wait until the
+ * buffer has gone out. The buffer carries the deadline of the latest call
+ * that added to it. If that deadline passes or the send fails, the bytes
+ * not yet sent are dropped and every later write on @fd returns that error
+ * (-ETIMEDOUT, -EPIPE, -ECONNRESET...) until it is closed, the way a
+ * socket error persists. weft_sched_run() returns only when every buffer
+ * has gone out or failed.
+ *
+ * Do not write to @fd by other means (write(2), sendfile(2), splice(2))
+ * without weft_flush() first: those would overtake the buffered bytes.
+ * On the epoll and poll backends a send already returns once the kernel
+ * has the bytes; there the call succeeds and changes nothing. The setting
+ * ends when @fd is closed or forgotten (weft_close, weft_fd_forget).
+ *
+ * Returns 0; -EBADF for a bad descriptor; -ENOTSOCK; -EINVAL for a socket
+ * that is not SOCK_STREAM or @on other than 0 or 1; -EPERM with no
+ * scheduler on this thread; -ENOMEM.
+ */
+int weft_write_behind(int fd, int on);
+
+/**
+ * weft_flush — wait until no write-behind bytes (weft_write_behind()) of
+ * @fd are left in the scheduler's hands, i.e. all were passed to the
+ * kernel, as a blocking send would have. Returns 0 (also when write-behind
+ * was never on), the descriptor's write-behind error, -ETIMEDOUT when
+ * @deadline passes first (the bytes stay queued under their own deadline),
+ * -ECANCELED, -EBADF, -EPERM outside a fiber.
+ */
+int weft_flush(int fd, int64_t deadline);
+
+/**
+ * weft_close — close @fd, first letting its write-behind bytes go out (in
+ * a fiber that is not cancelled; at most until their deadline), then waking
+ * every fiber waiting on it with
  * -EBADF (and cancelling its in-flight io_uring operations) and dropping
  * its registration, so a reused descriptor number never receives the old
  * waits' events. Never waits for a peer: in a fiber on io_uring the close

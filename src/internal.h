@@ -222,6 +222,9 @@ typedef struct weft__fdstate {
                              have left an EOF or error pending, never wait
                              first again                                   */
     uint8_t stream;       /* 0 unknown, 1 SOCK_STREAM, 2 another socket type  */
+    uint8_t wb_on;        /* weft_write_behind() enabled for this socket      */
+    int32_t wb_err;       /* a write-behind failed: every later write gets it */
+    struct weft__wb *wb;  /* write-behind bytes in flight (io.c), or NULL     */
 } weft__fdstate;
 
 enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2,
@@ -286,10 +289,14 @@ struct weft__reactor {
     /* completion backends */
     void *bstate;
     size_t ops_inflight;     /* records the kernel still owns            */
+    /* write-behind buffers (io.c): every one allocated, and the free ones */
+    struct weft__wb *wb_all, *wb_free;
 };
 
 int weft__reactor_init(weft__reactor *r, weft_backend_t which);
 void weft__reactor_fini(weft__reactor *r);
+/* io.c: free the write-behind buffers (the backend's records are gone). */
+void weft__wb_fini(weft__reactor *r);
 /* One loop iteration: wait for events (up to the next timer; forever if
  * @may_block and no timer; not at all otherwise), then fire due timers. */
 int weft__reactor_run_once(weft__reactor *r, bool may_block);

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #endif
 #include "internal.h"
+#include "waitq.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -252,6 +253,237 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
     return n;
 }
 
+/* ---- write-behind (io_uring) ---------------------------------------------
+ *
+ * With weft_write_behind(fd, 1), a small send on a stream socket is copied
+ * into a buffer the reactor owns and submitted as a SEND; the call returns
+ * at once and the fiber is not resumed for the send's completion (one
+ * resume per request/response instead of two). Later small sends are
+ * appended behind the bytes in flight and go out when those complete;
+ * anything that must come after them (a larger or flagged send, weft_flush,
+ * weft_shutdown, weft_close) first waits for the buffer to empty. The
+ * buffer keeps the deadline of the latest call that added to it: if it
+ * passes, or the send fails, the bytes not yet sent are dropped and every
+ * later write on the descriptor returns that error (-ETIMEDOUT, -EPIPE,
+ * -ECONNRESET...), as a socket error would. The loop runs until every
+ * buffer has gone out or failed.
+ */
+#define WB_CAP 3840
+
+typedef struct weft__wb {
+    weft__wait w;              /* the SEND in flight                       */
+    weft__wait tail;           /* its completion after w ended early       */
+    weft_waitq_t waiters;      /* fibers waiting for the buffer to empty   */
+    struct weft__wb *next;     /* free list                                */
+    struct weft__wb *all_next; /* every buffer of the reactor              */
+    int64_t deadline;
+    int fd;
+    int why;                   /* why w ended early                        */
+    bool failed;               /* w ended early: append nothing more       */
+    size_t off, len;           /* [off, len) not yet sent                  */
+    char buf[WB_CAP];
+} weft__wb;
+
+/* A value no write returns: "not a write-behind, take the usual path". */
+#define WB_PASS ((ssize_t)INT_MIN)
+
+static weft__wb *wb_get(weft__reactor *r)
+{
+    weft__wb *wb = r->wb_free;
+    if (wb) {
+        r->wb_free = wb->next;
+        return wb;
+    }
+    wb = malloc(sizeof *wb);
+    if (wb) {
+        wb->all_next = r->wb_all;
+        r->wb_all = wb;
+    }
+    return wb;
+}
+
+void weft__wb_fini(weft__reactor *r)
+{
+    weft__wb *wb = r->wb_all;
+    while (wb) {
+        weft__wb *next = wb->all_next;
+        free(wb);
+        wb = next;
+    }
+    r->wb_all = r->wb_free = NULL;
+}
+
+static void wb_nop(weft__wait *w)
+{
+    (void)w;
+}
+
+static void wb_wake(weft__wait *w);
+
+/* Submit [off, len) with the buffer's deadline. */
+static int wb_submit(weft__reactor *r, weft__wb *wb)
+{
+    weft__wait_init(&wb->w, r, wb_wake, wb);
+    int rc = weft__wait_arm_later(&wb->w, wb->deadline);
+    if (rc == 0) {
+        weft__opdesc d = {.op = WEFT__OP_SEND, .fd = wb->fd, .off = -1,
+                          .buf = wb->buf + wb->off, .len = wb->len - wb->off};
+        rc = weft__wait_arm_op(&wb->w, &d);
+    }
+    if (rc < 0) {
+        wb->w.wake = wb_nop;
+        weft__wait_complete(&wb->w, rc);
+    }
+    return rc;
+}
+
+/* The send of [off, len) ended with @res (bytes sent or -errno). */
+static void wb_settle(weft__reactor *r, weft__wb *wb, int res)
+{
+    /* Still the descriptor's buffer? Closing or forgetting it detaches. */
+    weft__fdstate *st = wb->fd < r->nfds && r->fds[wb->fd].wb == wb ? &r->fds[wb->fd] : NULL;
+    if (res > 0) {
+        wb->off += (size_t)res;
+        res = 0;
+        if (wb->off < wb->len) {
+            /* A short send, or bytes appended meanwhile. */
+            res = st ? wb_submit(r, wb) : -EBADF;
+            if (res == 0)
+                return;
+        }
+    } else if (res == 0) {
+        res = -EPIPE; /* a stream send of n > 0 bytes never returns 0 */
+    }
+    if (st) {
+        if (res < 0)
+            st->wb_err = res;
+        st->wb = NULL;
+    }
+    wq_wake_all(&wb->waiters, 0);
+    wb->next = r->wb_free;
+    r->wb_free = wb;
+}
+
+/* The kernel's answer to a send whose wait had ended early. */
+static void wb_tail_wake(weft__wait *w)
+{
+    weft__wb *wb = w->owner;
+    int res = w->op_done ? w->op_res : wb->why;
+    /* Completed after all: nothing was lost. */
+    if (!(res > 0 && wb->off + (size_t)res == wb->len))
+        res = wb->why;
+    wb_settle(w->r, wb, res);
+}
+
+static void wb_wake(weft__wait *w)
+{
+    weft__wb *wb = w->owner;
+    if (w->op) {
+        /* Ended first (deadline; the descriptor closed or forgotten): the
+         * kernel may still read the buffer, so wait for its answer. */
+        wb->failed = true;
+        wb->why = w->result;
+        weft__wait_init(&wb->tail, w->r, wb_tail_wake, wb);
+        wb->tail.nocancel = true;
+        weft__wait_move_op(w, &wb->tail);
+        return;
+    }
+    wb_settle(w->r, wb, w->result);
+}
+
+static void wb_copy(weft__wb *wb, const struct iovec *iov, int cnt)
+{
+    for (int i = 0; i < cnt; i++) {
+        memcpy(wb->buf + wb->len, iov[i].iov_base, iov[i].iov_len);
+        wb->len += iov[i].iov_len;
+    }
+}
+
+/* Wait (in a fiber) until @fd has no write-behind bytes; returns 0, the
+ * descriptor's write-behind error, or why the wait ended. */
+static int wb_drain(int fd, int64_t deadline)
+{
+    weft__reactor *r = &weft__sched_tls()->r;
+    while (fd < r->nfds && r->fds[fd].wb) {
+        weft__wq_node n;
+        int rc = wq_block(&r->fds[fd].wb->waiters, &n, deadline);
+        if (rc < 0)
+            return rc;
+    }
+    return fd < r->nfds ? r->fds[fd].wb_err : 0;
+}
+
+/* A write on a descriptor with write-behind on, or bytes still behind. */
+static ssize_t wb_write(int fd, const struct iovec *iov, int cnt, int flags,
+                        int64_t deadline)
+{
+    weft__reactor *r = &weft__sched_tls()->r;
+    weft__fdstate *st = &r->fds[fd];
+    if (st->wb_err)
+        return st->wb_err;
+    size_t total = iov_total(iov, cnt);
+    bool small = st->wb_on && flags == 0 && total > 0 && total <= WB_CAP;
+    weft__wb *wb = st->wb;
+    if (wb) {
+        if (small && !wb->failed && wb->len + total <= WB_CAP) {
+            wb_copy(wb, iov, cnt); /* goes out after the bytes in flight */
+            wb->deadline = deadline;
+            return (ssize_t)total;
+        }
+        int rc = wb_drain(fd, deadline);
+        if (rc < 0)
+            return rc;
+        st = &r->fds[fd];
+    }
+    if (!small || !ring_ok(deadline) || !(wb = wb_get(r)))
+        return WB_PASS;
+    wb->waiters = (weft_waitq_t)WEFT_WAITQ_INIT;
+    wb->fd = fd;
+    wb->deadline = deadline;
+    wb->failed = false;
+    wb->off = wb->len = 0;
+    wb_copy(wb, iov, cnt);
+    st->wb = wb;
+    if (wb_submit(r, wb) < 0) {
+        st->wb = NULL;
+        wb->next = r->wb_free;
+        r->wb_free = wb;
+        return WB_PASS;
+    }
+    return (ssize_t)total;
+}
+
+int weft_write_behind(int fd, int on)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (fd < 0)
+        return -EBADF;
+    if (on != 0 && on != 1)
+        return -EINVAL;
+    if (!s)
+        return -EPERM;
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM)
+        return -EINVAL;
+    weft__fdstate *st = weft__fd(&s->r, fd);
+    if (!st)
+        return -ENOMEM;
+    st->kind = WEFT__FD_SOCKET;
+    /* Readiness backends send with a system call that returns as soon as
+     * the kernel has the bytes: nothing to gain. */
+    st->wb_on = on && weft__reactor_has_ops(&s->r);
+    return 0;
+}
+
+int weft_flush(int fd, int64_t deadline)
+{
+    int rc = begin(fd, deadline);
+    return rc < 0 ? rc : wb_drain(fd, deadline);
+}
+
 /* ---- reading and writing ------------------------------------------------ */
 
 /*
@@ -270,6 +502,11 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
     const uint32_t ready = write ? WEFT_WRITABLE : WEFT_READABLE;
     bool tried = !uring_try_first();
     weft__reactor *r = &weft__sched_tls()->r;
+    if (write && WEFT_UNLIKELY(r->fds[fd].wb_on || r->fds[fd].wb || r->fds[fd].wb_err)) {
+        ssize_t n = wb_write(fd, iov, cnt, flags, deadline);
+        if (n != WB_PASS)
+            return n;
+    }
     const bool readiness = !weft__reactor_has_ops(r);
     bool last_try = false;
     if (readiness && !write && read_waits_first(&r->fds[fd], flags)) {
@@ -628,10 +865,22 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
     }
 }
 
+/* In a fiber: let write-behind bytes on @fd go out first (bounded by
+ * their own deadline). */
+static void wb_settle_before(int fd)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (s && fd < s->r.nfds && s->r.fds[fd].wb && !s->current->is_main &&
+        !s->current->cancelled)
+        (void)wb_drain(fd, WEFT_FOREVER);
+}
+
 int weft_shutdown(int fd, int how)
 {
     if (fd < 0)
         return -EBADF;
+    if (how != SHUT_RD)
+        wb_settle_before(fd);
     return shutdown(fd, how) < 0 ? -errno : 0;
 }
 
@@ -649,6 +898,7 @@ int weft_close(int fd)
 {
     if (fd < 0)
         return -EBADF;
+    wb_settle_before(fd);
     weft_fd_forget(fd);
     weft_sched_t *s = weft__sched_tls();
     if (s && !s->current->is_main && !s->current->cancelled &&

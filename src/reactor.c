@@ -270,6 +270,9 @@ void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
     st->rd_edge = 0;
     st->rd_hup = 0;
     st->stream = 0;
+    st->wb_on = 0;
+    st->wb_err = 0;
+    st->wb = NULL; /* its op was cancelled above; io.c sees it detached */
 }
 
 void weft__reactor_fd_new(weft__reactor *r, int fd)
@@ -413,6 +416,7 @@ void weft__reactor_fini(weft__reactor *r)
     r->post_head = r->post_tail = NULL;
     atomic_store(&r->posted, 0);
     r->ops->fini(r);
+    weft__wb_fini(r);
     close(r->wakefd);
     pthread_mutex_destroy(&r->post_lock);
     weft__heap_fini(&r->timers);

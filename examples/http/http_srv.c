@@ -366,6 +366,8 @@ static __attribute__((noinline)) int serve_file(conn *c, const http_req *r, int 
     put_head(c, 200, mime_type(path), (uint64_t)sb.st_size, keep,
              r->version_minor, NULL);
     int rc = flush(c);
+    if (rc == 0) /* sendfile(2) must not overtake the head */
+        rc = weft_flush(c->fd, weft_deadline_in(s->o.io_timeout_ns));
     off_t off = 0;
     int64_t deadline = weft_deadline_in(s->o.io_timeout_ns);
     while (rc == 0 && r->method != HTTP_M_HEAD && off < sb.st_size) {
@@ -566,6 +568,9 @@ static void *accept_main(void *arg)
         deadline = 0;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* Responses up to a few KiB leave without the connection's fiber
+         * being resumed for the send's completion (io_uring). */
+        weft_write_behind(fd, 1);
         conn *c = malloc(sizeof *c);
         if (!c) {
             weft_close(fd);
