@@ -291,12 +291,20 @@ struct weft__reactor {
     size_t ops_inflight;     /* records the kernel still owns            */
     /* write-behind buffers (io.c): every one allocated, and the free ones */
     struct weft__wb *wb_all, *wb_free;
+    /* submitted since the last poll, deadline not armed yet (io.c) */
+    struct weft__wb **wb_fresh;
+    uint32_t wb_fresh_n, wb_fresh_cap;
 };
 
 int weft__reactor_init(weft__reactor *r, weft_backend_t which);
 void weft__reactor_fini(weft__reactor *r);
 /* io.c: free the write-behind buffers (the backend's records are gone). */
 void weft__wb_fini(weft__reactor *r);
+/* io.c: the earliest deadline of write-behinds submitted since the last
+ * poll (the poll must not sleep past it), and arming the deadlines of
+ * those the poll did not see complete. */
+int64_t weft__wb_fresh_min(const weft__reactor *r);
+void weft__wb_arm_fresh(weft__reactor *r);
 /* One loop iteration: wait for events (up to the next timer; forever if
  * @may_block and no timer; not at all otherwise), then fire due timers. */
 int weft__reactor_run_once(weft__reactor *r, bool may_block);

@@ -304,6 +304,9 @@ static weft__wb *wb_get(weft__reactor *r)
 
 void weft__wb_fini(weft__reactor *r)
 {
+    free(r->wb_fresh);
+    r->wb_fresh = NULL;
+    r->wb_fresh_n = r->wb_fresh_cap = 0;
     weft__wb *wb = r->wb_all;
     while (wb) {
         weft__wb *next = wb->all_next;
@@ -320,11 +323,60 @@ static void wb_nop(weft__wait *w)
 
 static void wb_wake(weft__wait *w);
 
+/*
+ * A send with room in the socket completes inside the io_uring_enter that
+ * submits it, so most write-behinds are done by the time the loop reaps:
+ * their deadline is not put in the timer heap at submission (a push and a
+ * removal, each touching timers in other fibers' stacks) but noted here,
+ * and armed after the poll only for those still in flight. The poll does
+ * not sleep past the earliest noted deadline.
+ */
+static int wb_note_fresh(weft__reactor *r, weft__wb *wb)
+{
+    if (r->wb_fresh_n == r->wb_fresh_cap) {
+        uint32_t ncap = r->wb_fresh_cap ? r->wb_fresh_cap * 2 : 64;
+        weft__wb **n = realloc(r->wb_fresh, ncap * sizeof *n);
+        if (!n)
+            return weft__wait_arm_later(&wb->w, wb->deadline);
+        r->wb_fresh = n;
+        r->wb_fresh_cap = ncap;
+    }
+    r->wb_fresh[r->wb_fresh_n++] = wb;
+    return 0;
+}
+
+int64_t weft__wb_fresh_min(const weft__reactor *r)
+{
+    int64_t m = WEFT_FOREVER;
+    for (uint32_t i = 0; i < r->wb_fresh_n; i++) {
+        const weft__wb *wb = r->wb_fresh[i];
+        if (wb->w.active && wb->deadline != WEFT_FOREVER &&
+            (m == WEFT_FOREVER || wb->deadline < m))
+            m = wb->deadline;
+    }
+    return m;
+}
+
+void weft__wb_arm_fresh(weft__reactor *r)
+{
+    /* No fiber ran since these were noted, so none was reused: a buffer
+     * whose send completed is inactive (or active again for its next
+     * send, which needs the deadline too). */
+    uint32_t n = r->wb_fresh_n;
+    r->wb_fresh_n = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        weft__wb *wb = r->wb_fresh[i];
+        if (wb->w.active && wb->w.timer.idx == WEFT__TIMER_IDLE &&
+            weft__wait_arm_later(&wb->w, wb->deadline) < 0)
+            weft__wait_complete(&wb->w, -ENOMEM);
+    }
+}
+
 /* Submit [off, len) with the buffer's deadline. */
 static int wb_submit(weft__reactor *r, weft__wb *wb)
 {
     weft__wait_init(&wb->w, r, wb_wake, wb);
-    int rc = weft__wait_arm_later(&wb->w, wb->deadline);
+    int rc = wb_note_fresh(r, wb);
     if (rc == 0) {
         weft__opdesc d = {.op = WEFT__OP_SEND, .fd = wb->fd, .off = -1,
                           .buf = wb->buf + wb->off, .len = wb->len - wb->off};
@@ -428,6 +480,12 @@ static ssize_t wb_write(int fd, const struct iovec *iov, int cnt, int flags,
         if (small && !wb->failed && wb->len + total <= WB_CAP) {
             wb_copy(wb, iov, cnt); /* goes out after the bytes in flight */
             wb->deadline = deadline;
+            if (wb->w.timer.idx != WEFT__TIMER_IDLE) {
+                /* Stuck for a while already: the new deadline applies. */
+                weft__heap_remove(&r->timers, &wb->w.timer);
+                if (weft__wait_arm_later(&wb->w, deadline) < 0)
+                    weft__wait_complete(&wb->w, -ENOMEM);
+            }
             return (ssize_t)total;
         }
         int rc = wb_drain(fd, deadline);

@@ -433,6 +433,14 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         int64_t d = t->deadline - weft_now();
         timeout = d < 0 ? 0 : d;
     }
+    if (WEFT_UNLIKELY(r->wb_fresh_n != 0) && timeout != 0) {
+        int64_t d = weft__wb_fresh_min(r);
+        if (d != WEFT_FOREVER) {
+            d -= weft_now();
+            if (timeout < 0 || d < timeout)
+                timeout = d < 0 ? 0 : d;
+        }
+    }
     /* A poll that must not block can only complete waits and run posts:
      * skip the system call (~0.2-1 us, made every WEFT__POLL_TICKS
      * switches) while nothing waits and no post is pending. This makes a
@@ -441,6 +449,8 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
     if (may_block || r->nwaits ||
         atomic_load_explicit(&r->wake_pending, memory_order_relaxed))
         rc = r->ops->poll(r, timeout);
+    if (WEFT_UNLIKELY(r->wb_fresh_n != 0))
+        weft__wb_arm_fresh(r);
     if (r->timers.n) {
         int64_t now = weft_now();
         while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {

@@ -288,10 +288,37 @@ static void *body(void *arg)
     return arg;
 }
 
+/* 8. The last fiber returns while a buffer is stuck behind a peer that
+ * does not read, its deadline not yet passed: the run must still end, at
+ * that deadline, with the send cancelled. */
+static int left_a, left_b;
+static void *leave_stuck(void *arg)
+{
+    tcp_pair(&left_a, &left_b);
+    small_buffers(left_a, left_b);
+    char out[1000];
+    memset(out, 'z', sizeof out);
+    /* Fill the socket behind weft's back, until it stays full (the
+     * receiver's queue may be compacted once): the next send must wait. */
+    for (int round = 0; round < 5; round++) {
+        while (send(left_a, out, sizeof out, MSG_DONTWAIT) > 0)
+            ;
+        CHECK_EQ(weft_sleep(20000000), 0);
+    }
+    CHECK_EQ(weft_write_behind(left_a, 1), 0);
+    ssize_t n = weft_send(left_a, out, 10, 0, weft_deadline_in(100000000));
+    CHECK(uring() ? n == 10 : n == -ETIMEDOUT);
+    return arg; /* on io_uring with the send held back, its deadline unarmed */
+}
+
 int main(void)
 {
     CHECK_EQ(weft_write_behind(0, 1), -EPERM); /* no scheduler yet */
     h_begin("write_behind");
     h_run(body, NULL);
+    h_run(leave_stuck, NULL);
+    h_check_idle();
+    CHECK_EQ(weft_close(left_a), 0); /* outside a fiber: no waiting */
+    CHECK_EQ(weft_close(left_b), 0);
     return h_end();
 }
