@@ -115,29 +115,41 @@ typedef struct weft__timer weft__timer;
 struct weft__timer {
     int64_t deadline;
     uint64_t seq;
-    uint32_t idx;                    /* heap slot; UINT32_MAX = not armed */
+    uint32_t idx;                    /* its entry in the heap's slot table;
+                                        UINT32_MAX = not armed             */
     void (*fire)(weft__timer *t);
 };
 #define WEFT__TIMER_IDLE UINT32_MAX
 
-/* A heap slot: the timer's key, copied, so that sifting compares within
- * the array instead of reading timers that live in other fibers' stacks. */
+/* A heap position: the timer's key, copied, so that sifting compares
+ * within the array instead of reading timers that live in other fibers'
+ * stacks, and the timer's slot. */
 typedef struct weft__hent {
     int64_t deadline;
     uint64_t seq;
-    weft__timer *t;
+    uint32_t slot;
 } weft__hent;
+
+/* A slot: an armed timer and its current heap position. Moves in a sift
+ * update this dense table, not the timers themselves. */
+typedef struct weft__hslot {
+    weft__timer *t;
+    uint32_t pos;
+} weft__hslot;
 
 typedef struct weft__heap {
     weft__hent *h;
     uint32_t n, cap;
     uint64_t seq;
+    weft__hslot *slots;
+    uint32_t *free_slots;            /* stack of unused slot numbers       */
+    uint32_t nfree, nslots;          /* slots in use or free; capacity = cap */
 } weft__heap;
 
 int weft__heap_push(weft__heap *hp, weft__timer *t);
 void weft__heap_remove(weft__heap *hp, weft__timer *t);
 static inline weft__timer *weft__heap_top(const weft__heap *hp) {
-    return hp->n ? hp->h[0].t : NULL;
+    return hp->n ? hp->slots[hp->h[0].slot].t : NULL;
 }
 void weft__heap_fini(weft__heap *hp);
 

@@ -126,9 +126,12 @@ static void heap_model(void)
             if (t[k].idx == WEFT__TIMER_IDLE)
                 continue;
             n++;
-            CHECK(t[k].idx < hp.n);
-            CHECK(hp.h[t[k].idx].t == &t[k]);
-            CHECK_EQ(hp.h[t[k].idx].deadline, t[k].deadline);
+            CHECK(t[k].idx < hp.nslots);
+            CHECK(hp.slots[t[k].idx].t == &t[k]);
+            uint32_t pos = hp.slots[t[k].idx].pos;
+            CHECK(pos < hp.n);
+            CHECK_EQ(hp.h[pos].slot, t[k].idx);
+            CHECK_EQ(hp.h[pos].deadline, t[k].deadline);
             if (best < 0 || t[k].deadline < t[best].deadline ||
                 (t[k].deadline == t[best].deadline && armed_at[k] < armed_at[best]))
                 best = k;
