@@ -37,7 +37,7 @@ bash tests/run.sh build/ucontext/tests ucontext epoll || status=1
 step "Valgrind memcheck (stacks registered, kernel-written ring buffers marked)"
 if command -v valgrind >/dev/null; then
   WEFT_TEST_RUNNER="valgrind -q --error-exitcode=9" WEFT_TEST_TIMEOUT=600 \
-    WEFT_TEST_FILTER='t_(pipe|close_wait|cancel|timer|socket|sched|fls|drained)$' \
+    WEFT_TEST_FILTER='t_(pipe|close_wait|cancel|timer|socket|sched|fls|drained|write_behind)$' \
     bash tests/run.sh build/tests valgrind io_uring epoll || status=1
 else
   echo "valgrind missing: FAILED to run the memcheck stage"; echo "0 1" >> "$tally"; status=1
