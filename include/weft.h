@@ -540,15 +540,16 @@ int weft_write_behind(int fd, int on);
 int weft_flush(int fd, int64_t deadline);
 
 /**
- * weft_close — close @fd, first letting its write-behind bytes go out (in
- * a fiber that is not cancelled; at most until their deadline), then waking
- * every fiber waiting on it with
+ * weft_close — close @fd, first waking every fiber waiting on it with
  * -EBADF (and cancelling its in-flight io_uring operations) and dropping
  * its registration, so a reused descriptor number never receives the old
- * waits' events. Never waits for a peer: in a fiber on io_uring the close
- * is a ring operation batched with the others (the fiber resumes in the
- * next loop iteration), elsewhere close(2). Returns 0 or -errno (-EBADF for
- * a descriptor that is not open).
+ * waits' events. In a fiber on io_uring the close is a ring operation
+ * batched with the others (the fiber resumes in the next loop iteration),
+ * elsewhere close(2). It does not wait for a peer, except that write-behind
+ * bytes (weft_write_behind()) are let out first when called from a fiber
+ * that is not cancelled — at most until their deadline, as a blocking send
+ * would have waited; from outside a fiber, or once cancelled, they are
+ * dropped. Returns 0 or -errno (-EBADF for a descriptor that is not open).
  */
 int weft_close(int fd);
 
