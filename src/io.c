@@ -280,6 +280,7 @@ typedef struct weft__wb {
     int fd;
     int why;                   /* why w ended early                        */
     bool failed;               /* w ended early: append nothing more       */
+    bool polling;              /* w is a wait for writability, not a send  */
     size_t off, len;           /* [off, len) not yet sent                  */
     char buf[WB_CAP];
 } weft__wb;
@@ -372,34 +373,52 @@ void weft__wb_arm_fresh(weft__reactor *r)
     }
 }
 
-/* Submit [off, len) with the buffer's deadline. */
-static int wb_submit(weft__reactor *r, weft__wb *wb)
+/*
+ * Submit, with the buffer's deadline, a SEND of [off, len) or a POLL for
+ * writability. Sends carry MSG_DONTWAIT: a full socket answers -EAGAIN
+ * and the buffer then waits with a POLL, the same on every kernel (some
+ * would otherwise wait inside the ring, some answer -EAGAIN for a
+ * non-blocking socket anyway).
+ */
+static int wb_submit(weft__reactor *r, weft__wb *wb, bool poll)
 {
     weft__wait_init(&wb->w, r, wb_wake, wb);
+    wb->polling = poll;
     int rc = wb_note_fresh(r, wb);
     if (rc == 0) {
         weft__opdesc d = {.op = WEFT__OP_SEND, .fd = wb->fd, .off = -1,
+                          .flags = MSG_DONTWAIT,
                           .buf = wb->buf + wb->off, .len = wb->len - wb->off};
+        if (poll)
+            d = (weft__opdesc){.op = WEFT__OP_POLL, .fd = wb->fd, .off = -1,
+                               .events = WEFT_WRITABLE};
         rc = weft__wait_arm_op(&wb->w, &d);
     }
     if (rc < 0) {
         wb->w.wake = wb_nop;
         weft__wait_complete(&wb->w, rc);
+        wb->polling = false;
     }
     return rc;
+}
+
+/* The descriptor's state if @wb is still its buffer; closing or
+ * forgetting the descriptor detaches the buffer. */
+static weft__fdstate *wb_owner(weft__reactor *r, const weft__wb *wb)
+{
+    return wb->fd < r->nfds && r->fds[wb->fd].wb == wb ? &r->fds[wb->fd] : NULL;
 }
 
 /* The send of [off, len) ended with @res (bytes sent or -errno). */
 static void wb_settle(weft__reactor *r, weft__wb *wb, int res)
 {
-    /* Still the descriptor's buffer? Closing or forgetting it detaches. */
-    weft__fdstate *st = wb->fd < r->nfds && r->fds[wb->fd].wb == wb ? &r->fds[wb->fd] : NULL;
+    weft__fdstate *st = wb_owner(r, wb);
     if (res > 0) {
         wb->off += (size_t)res;
         res = 0;
         if (wb->off < wb->len) {
             /* A short send, or bytes appended meanwhile. */
-            res = st ? wb_submit(r, wb) : -EBADF;
+            res = st ? wb_submit(r, wb, false) : -EBADF;
             if (res == 0)
                 return;
         }
@@ -440,7 +459,20 @@ static void wb_wake(weft__wait *w)
         weft__wait_move_op(w, &wb->tail);
         return;
     }
-    wb_settle(w->r, wb, w->result);
+    weft__reactor *r = w->r;
+    int res = w->result;
+    if (wb->polling || res == -EAGAIN) {
+        /* After a poll (writable, or an error the send will report):
+         * send again. After -EAGAIN (the socket is full): poll. */
+        bool poll = !wb->polling;
+        if (res >= 0 || res == -EAGAIN) {
+            res = wb_owner(r, wb) ? wb_submit(r, wb, poll) : -EBADF;
+            if (res == 0)
+                return;
+        }
+        wb->polling = false;
+    }
+    wb_settle(r, wb, res);
 }
 
 static void wb_copy(weft__wb *wb, const struct iovec *iov, int cnt)
@@ -499,10 +531,11 @@ static ssize_t wb_write(int fd, const struct iovec *iov, int cnt, int flags,
     wb->fd = fd;
     wb->deadline = deadline;
     wb->failed = false;
+    wb->polling = false;
     wb->off = wb->len = 0;
     wb_copy(wb, iov, cnt);
     st->wb = wb;
-    if (wb_submit(r, wb) < 0) {
+    if (wb_submit(r, wb, false) < 0) {
         st->wb = NULL;
         wb->next = r->wb_free;
         r->wb_free = wb;
