@@ -280,7 +280,8 @@ typedef struct weft__wb {
     int fd;
     int why;                   /* why w ended early                        */
     bool failed;               /* w ended early: append nothing more       */
-    bool polling;              /* w is a wait for writability, not a send  */
+    bool polling;              /* w is a wait for writability, not a send
+                                  (set by every submission)               */
     size_t off, len;           /* [off, len) not yet sent                  */
     char buf[WB_CAP];
 } weft__wb;
@@ -301,6 +302,12 @@ static weft__wb *wb_get(weft__reactor *r)
         r->wb_all = wb;
     }
     return wb;
+}
+
+static void wb_put(weft__reactor *r, weft__wb *wb)
+{
+    wb->next = r->wb_free;
+    r->wb_free = wb;
 }
 
 void weft__wb_fini(weft__reactor *r)
@@ -397,7 +404,6 @@ static int wb_submit(weft__reactor *r, weft__wb *wb, bool poll)
     if (rc < 0) {
         wb->w.wake = wb_nop;
         weft__wait_complete(&wb->w, rc);
-        wb->polling = false;
     }
     return rc;
 }
@@ -431,8 +437,7 @@ static void wb_settle(weft__reactor *r, weft__wb *wb, int res)
         st->wb = NULL;
     }
     wq_wake_all(&wb->waiters, 0);
-    wb->next = r->wb_free;
-    r->wb_free = wb;
+    wb_put(r, wb);
 }
 
 /* The kernel's answer to a send whose wait had ended early. */
@@ -470,7 +475,6 @@ static void wb_wake(weft__wait *w)
             if (res == 0)
                 return;
         }
-        wb->polling = false;
     }
     wb_settle(r, wb, res);
 }
@@ -531,14 +535,12 @@ static ssize_t wb_write(int fd, const struct iovec *iov, int cnt, int flags,
     wb->fd = fd;
     wb->deadline = deadline;
     wb->failed = false;
-    wb->polling = false;
     wb->off = wb->len = 0;
     wb_copy(wb, iov, cnt);
     st->wb = wb;
     if (wb_submit(r, wb, false) < 0) {
         st->wb = NULL;
-        wb->next = r->wb_free;
-        r->wb_free = wb;
+        wb_put(r, wb);
         return WB_PASS;
     }
     return (ssize_t)total;

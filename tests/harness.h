@@ -83,6 +83,19 @@ static inline long h_raise_nofile(long want)
     return (long)rl.rlim_cur;
 }
 
+/* In a fiber: a connected TCP pair over loopback, @a the accepted side,
+ * @b the connecting one. */
+static inline void h_tcp_pair(int *a, int *b)
+{
+    int l = weft_tcp_listen("127.0.0.1", 0, 4, 0);
+    CHECK(l >= 0);
+    *b = weft_tcp_connect("127.0.0.1", weft_local_port(l), weft_deadline_in(5000000000LL));
+    CHECK(*b >= 0);
+    *a = weft_accept(l, NULL, NULL, weft_deadline_in(5000000000LL));
+    CHECK(*a >= 0);
+    CHECK_EQ(weft_close(l), 0);
+}
+
 static inline void h_check_idle(void)
 {
     weft_stats_t st;

@@ -21,17 +21,6 @@ static int uring(void)
     return strcmp(weft_sched_backend(weft_sched_self()), "io_uring") == 0;
 }
 
-static void tcp_pair(int *a, int *b)
-{
-    int l = weft_tcp_listen("127.0.0.1", 0, 4, 0);
-    CHECK(l >= 0);
-    *b = weft_tcp_connect("127.0.0.1", weft_local_port(l), DL());
-    CHECK(*b >= 0);
-    *a = weft_accept(l, NULL, NULL, DL());
-    CHECK(*a >= 0);
-    CHECK_EQ(weft_close(l), 0);
-}
-
 /* Byte i of the stream. */
 static unsigned char pat(size_t i)
 {
@@ -70,7 +59,7 @@ static void *read_all(void *arg)
 static void ordered_stream(void)
 {
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     CHECK_EQ(weft_write_behind(a, 1), 0);
     reader rd = {b, 0, 0};
     weft_fiber_t f;
@@ -115,7 +104,7 @@ static void ordered_stream(void)
 static void close_lets_out(void)
 {
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     CHECK_EQ(weft_write_behind(a, 1), 0);
     reader rd = {b, 0, 0};
     weft_fiber_t f;
@@ -147,7 +136,7 @@ static void *send_and_go(void *arg)
 static void sender_returns(void)
 {
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     CHECK_EQ(weft_write_behind(a, 1), 0);
     quick_fd = a;
     weft_fiber_t f;
@@ -178,7 +167,7 @@ static void small_buffers(int a, int b)
 static void stalled_peer(void)
 {
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     small_buffers(a, b);
     CHECK_EQ(weft_write_behind(a, 1), 0);
     char out[1000];
@@ -213,7 +202,7 @@ static void stalled_peer(void)
 static void reset_peer(void)
 {
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     CHECK_EQ(weft_write_behind(a, 1), 0);
     struct linger lg = {1, 0};
     CHECK_EQ(setsockopt(b, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
@@ -235,7 +224,7 @@ static void reset_peer(void)
 static void forget_in_flight(void)
 {
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     small_buffers(a, b);
     CHECK_EQ(weft_write_behind(a, 1), 0);
     char out[1000];
@@ -256,7 +245,7 @@ static void bad_args(void)
     CHECK_EQ(weft_write_behind(-1, 1), -EBADF);
     CHECK_EQ(weft_flush(-1, DL()), -EBADF);
     int a, b;
-    tcp_pair(&a, &b);
+    h_tcp_pair(&a, &b);
     CHECK_EQ(weft_write_behind(a, 2), -EINVAL);
     CHECK_EQ(weft_write_behind(a, -1), -EINVAL);
     CHECK_EQ(weft_flush(a, DL()), 0); /* never on: nothing to wait for */
@@ -294,7 +283,7 @@ static void *body(void *arg)
 static int left_a, left_b;
 static void *leave_stuck(void *arg)
 {
-    tcp_pair(&left_a, &left_b);
+    h_tcp_pair(&left_a, &left_b);
     small_buffers(left_a, left_b);
     char out[1000];
     memset(out, 'z', sizeof out);

@@ -11,23 +11,13 @@
  *   raw_epoll --port P [--threads N]
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
+#include "raw_http.h"
+
 #include <errno.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define BUF 16384
-
-static const char RESP[] = "HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\n"
-                           "Content-Length: 13\r\n\r\nHello, World!";
-static int port = 8080;
 
 typedef struct conn {
     int fd;
@@ -35,21 +25,6 @@ typedef struct conn {
     char in[BUF];
     char out[BUF];
 } conn;
-
-static int listener(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, SOMAXCONN) < 0) {
-        perror("raw_epoll: listen");
-        exit(1);
-    }
-    return fd;
-}
 
 static void drop(int ep, conn *c)
 {
@@ -90,17 +65,7 @@ static void on_read(int ep, conn *c)
         return;
     }
     c->inlen += (size_t)n;
-    size_t off = 0;
-    char *e;
-    while ((e = memmem(c->in + off, c->inlen - off, "\r\n\r\n", 4))) {
-        off = (size_t)(e - c->in) + 4;
-        if (c->outlen + sizeof RESP - 1 > BUF)
-            break;
-        memcpy(c->out + c->outlen, RESP, sizeof RESP - 1);
-        c->outlen += sizeof RESP - 1;
-    }
-    memmove(c->in, c->in + off, c->inlen - off);
-    c->inlen -= off;
+    raw_answer(c->in, &c->inlen, c->out, &c->outlen);
     if (c->inlen == BUF || flush(ep, c) < 0)
         drop(ep, c);
 }
@@ -108,7 +73,7 @@ static void on_read(int ep, conn *c)
 static void *loop(void *arg)
 {
     (void)arg;
-    int lfd = listener();
+    int lfd = raw_listener("raw_epoll", SOCK_NONBLOCK);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
@@ -149,18 +114,5 @@ static void *loop(void *arg)
 
 int main(int argc, char **argv)
 {
-    int threads = 1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--port"))
-            port = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[i + 1]);
-    }
-    printf("raw_epoll: listening on 127.0.0.1:%d with %d threads\n", port, threads);
-    fflush(stdout);
-    pthread_t t;
-    for (int i = 1; i < threads; i++)
-        pthread_create(&t, NULL, loop, NULL);
-    loop(NULL);
-    return 0;
+    return raw_main(argc, argv, "raw_epoll", loop);
 }

@@ -18,24 +18,14 @@
  *   raw_uring --probe      exit 0 if this kernel lets us set up the ring
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
+#include "raw_http.h"
+
 #include <errno.h>
 #include <liburing.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define BUF 16384
-
-static const char RESP[] = "HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\n"
-                           "Content-Length: 13\r\n\r\nHello, World!";
-static int port = 8080;
 
 enum { ACCEPT = 1, RECV = 2, SEND = 3 };
 
@@ -63,21 +53,6 @@ static struct io_uring_sqe *sqe(struct io_uring *ring)
     return s;
 }
 
-static int listener(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, SOMAXCONN) < 0) {
-        perror("raw_uring: listen");
-        exit(1);
-    }
-    return fd;
-}
-
 static void arm_accept(struct io_uring *ring, int lfd)
 {
     struct io_uring_sqe *s = sqe(ring);
@@ -102,9 +77,12 @@ static void arm_send(struct io_uring *ring, conn *c)
     c->busy++;
 }
 
-/* The connection is finished with once nothing of it is in flight. */
-static void release(conn *c)
+/* Give up on the connection: shutdown ends whatever of it is in flight,
+ * and it is freed once nothing is. */
+static void finish(conn *c)
 {
+    c->closing = 1;
+    shutdown(c->fd, SHUT_RDWR);
     if (c->busy == 0) {
         close(c->fd);
         free(c);
@@ -114,27 +92,13 @@ static void release(conn *c)
 static void on_recv(struct io_uring *ring, conn *c, int res)
 {
     if (res <= 0 || c->closing) {
-        c->closing = 1;
-        shutdown(c->fd, SHUT_RDWR); /* ends a send still in flight */
-        release(c);
+        finish(c);
         return;
     }
     c->inlen += (size_t)res;
-    size_t off = 0;
-    char *e;
-    while ((e = memmem(c->in + off, c->inlen - off, "\r\n\r\n", 4))) {
-        off = (size_t)(e - c->in) + 4;
-        if (c->outlen + sizeof RESP - 1 > BUF)
-            break;
-        memcpy(c->out + c->outlen, RESP, sizeof RESP - 1);
-        c->outlen += sizeof RESP - 1;
-    }
-    memmove(c->in, c->in + off, c->inlen - off);
-    c->inlen -= off;
+    raw_answer(c->in, &c->inlen, c->out, &c->outlen);
     if (c->inlen == BUF) {
-        c->closing = 1;
-        shutdown(c->fd, SHUT_RDWR);
-        release(c);
+        finish(c);
         return;
     }
     if (c->sent_to == c->outoff && c->outlen > c->outoff)
@@ -145,9 +109,7 @@ static void on_recv(struct io_uring *ring, conn *c, int res)
 static void on_send(struct io_uring *ring, conn *c, int res)
 {
     if (res <= 0 || c->closing) {
-        c->closing = 1;
-        shutdown(c->fd, SHUT_RDWR);
-        release(c);
+        finish(c);
         return;
     }
     c->outoff += (size_t)res;
@@ -171,7 +133,7 @@ static int ring_init(struct io_uring *ring)
 static void *loop(void *arg)
 {
     (void)arg;
-    int lfd = listener();
+    int lfd = raw_listener("raw_uring", 0);
     struct io_uring ring;
     int rc = ring_init(&ring);
     if (rc < 0) {
@@ -220,7 +182,6 @@ static void *loop(void *arg)
 
 int main(int argc, char **argv)
 {
-    int threads = 1;
     if (argc == 2 && !strcmp(argv[1], "--probe")) {
         struct io_uring ring;
         if (ring_init(&ring) < 0)
@@ -228,17 +189,5 @@ int main(int argc, char **argv)
         io_uring_queue_exit(&ring);
         return 0;
     }
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--port"))
-            port = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[i + 1]);
-    }
-    printf("raw_uring: listening on 127.0.0.1:%d with %d threads\n", port, threads);
-    fflush(stdout);
-    pthread_t t;
-    for (int i = 1; i < threads; i++)
-        pthread_create(&t, NULL, loop, NULL);
-    loop(NULL);
-    return 0;
+    return raw_main(argc, argv, "raw_uring", loop);
 }
