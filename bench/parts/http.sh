@@ -61,10 +61,12 @@ done
 
 # Peers: built here, optimised like the library (-O2).
 mkdir -p "$bin"
-cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/raw_epoll.c" -o "$bin/raw_epoll" -lpthread
+# The floors parse with the example server's parser (bench/peers/raw_http.h).
+rawcc=(cc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$root/examples/http" "$root/examples/http/http_parse.c")
+"${rawcc[@]}" "$root/bench/peers/raw_epoll.c" -o "$bin/raw_epoll" -lpthread
 cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/uv_http.c" -o "$bin/uv_http" -luv -lpthread
 if [[ " $servers " == *" raw_uring "* ]]; then
-  if ! { cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/raw_uring.c" -o "$bin/raw_uring" \
+  if ! { "${rawcc[@]}" "$root/bench/peers/raw_uring.c" -o "$bin/raw_uring" \
            -luring -lpthread && "$bin/raw_uring" --probe; }; then
     echo "http.sh: no io_uring here (or no liburing): the io_uring floor is left out"
     servers=$(echo " $servers " | sed 's/ raw_uring / /')

@@ -4,9 +4,9 @@
  * --threads, each with its own epoll set and SO_REUSEPORT listener.
  *
  * Level-triggered; per readiness event one recv, then every complete
- * request head in the buffer ("\r\n\r\n"-terminated; no other parsing) is
- * answered with one send. Unsent bytes wait for EPOLLOUT. This is what the
- * weft server does minus the fibers, the parser and the limits.
+ * request head in the buffer is parsed (the example server's parser) and
+ * answered, all with one send. Unsent bytes wait for EPOLLOUT. This is
+ * what the weft server does for "GET /", minus the fibers.
  *
  *   raw_epoll --port P [--threads N]
  */
@@ -21,6 +21,7 @@
 
 typedef struct conn {
     int fd;
+    int close_after; /* close once the output has gone */
     size_t inlen, outlen, outoff;
     char in[BUF];
     char out[BUF];
@@ -33,7 +34,8 @@ static void drop(int ep, conn *c)
     free(c);
 }
 
-/* Send pending output; returns -1 when the connection is broken. */
+/* Send pending output; returns -1 when the connection is broken, or is
+ * done (all sent and close_after set). */
 static int flush(int ep, conn *c)
 {
     while (c->outoff < c->outlen) {
@@ -52,7 +54,7 @@ static int flush(int ep, conn *c)
     if (c->outoff) {
         c->outoff = c->outlen = 0;
     }
-    return 0;
+    return c->close_after ? -1 : 0;
 }
 
 static void on_read(int ep, conn *c)
@@ -65,7 +67,7 @@ static void on_read(int ep, conn *c)
         return;
     }
     c->inlen += (size_t)n;
-    raw_answer(c->in, &c->inlen, c->out, &c->outlen);
+    c->close_after = raw_answer(c->in, &c->inlen, c->out, &c->outlen);
     if (c->inlen == BUF || flush(ep, c) < 0)
         drop(ep, c);
 }
@@ -90,6 +92,7 @@ static void *loop(void *arg)
                     conn *nc = malloc(sizeof *nc);
                     nc->fd = fd;
                     nc->inlen = nc->outlen = nc->outoff = 0;
+                    nc->close_after = 0;
                     struct epoll_event cev = {.events = EPOLLIN, .data.ptr = nc};
                     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev);
                 }

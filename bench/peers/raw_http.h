@@ -1,8 +1,9 @@
 /*
  * raw_http.h — what the two raw C floors (raw_epoll.c, raw_uring.c) share:
- * the fixed response, the SO_REUSEPORT listener, answering every complete
+ * the response, the SO_REUSEPORT listener, answering every complete
  * request head in a buffer, and main(). Header-only; each floor is one
- * translation unit built by bench/parts/http.sh.
+ * translation unit built by bench/parts/http.sh together with the
+ * example server's parser (examples/http/http_parse.c).
  */
 #ifndef RAW_HTTP_H
 #define RAW_HTTP_H
@@ -15,11 +16,45 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "http_parse.h"
+
+#include <time.h>
+
 #define BUF 16384
 
-static const char RESP[] = "HTTP/1.1 200 OK\r\nServer: raw\r\nContent-Type: text/plain\r\n"
-                           "Content-Length: 13\r\n\r\nHello, World!";
 static int port = 8080;
+
+/* The response weft's example server gives to "GET /", byte for byte
+ * (Server, Date, Content-Type, Content-Length; a Connection header where
+ * HTTP/1.0 keep-alive or a close needs one), rebuilt when the second
+ * changes, as the example does. */
+static const char HELLO[] = "Hello, World!";
+static __thread struct {
+    time_t at;
+    char resp[3][256];
+    size_t len[3];
+} hello;
+
+static void hello_refresh(void)
+{
+    time_t t = time(NULL);
+    if (t == hello.at)
+        return;
+    static const char *const conn_hdr[3] = {"", "Connection: keep-alive\r\n",
+                                            "Connection: close\r\n"};
+    struct tm tm;
+    char date[64];
+    gmtime_r(&t, &tm);
+    strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    for (int i = 0; i < 3; i++) {
+        int n = snprintf(hello.resp[i], sizeof hello.resp[i],
+                         "HTTP/1.1 200 OK\r\nServer: weft\r\n%s"
+                         "Content-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n%s",
+                         date, sizeof HELLO - 1, conn_hdr[i], HELLO);
+        hello.len[i] = n > 0 ? (size_t)n : 0;
+    }
+    hello.at = t;
+}
 
 /* A listening socket on 127.0.0.1:port, SO_REUSEPORT so that every thread
  * has its own; @flags are added to the socket type (SOCK_NONBLOCK). */
@@ -39,22 +74,59 @@ static int raw_listener(const char *who, int flags)
     return fd;
 }
 
-/* Answer every complete request head ("\r\n\r\n"-terminated; no other
- * parsing) in in[0, *inlen) by appending RESP to out (while it fits), and
- * keep only the unanswered rest of the input. */
-static void raw_answer(char *in, size_t *inlen, char *out, size_t *outlen)
+static void raw_put(char *out, size_t *outlen, const char *p, size_t n)
+{
+    memcpy(out + *outlen, p, n);
+    *outlen += n;
+}
+
+/* Answer every complete request head in in[0, *inlen) — parsed by the
+ * example server's parser (examples/http/http_parse.c) with its default
+ * limits, so the floor does the same HTTP work as weft's server and the
+ * comparison measures what the fibers cost — by appending a response to
+ * out (while it fits), and keep only the unanswered rest of the input.
+ * GET and HEAD get the hello response whatever the target (the floor
+ * serves no files); a malformed head or another method gets its error
+ * status. Returns 1 when the connection is to close once out has gone
+ * (an error, or a request without keep-alive), else 0. */
+static int raw_answer(char *in, size_t *inlen, char *out, size_t *outlen)
 {
     size_t off = 0;
-    char *e;
-    while ((e = memmem(in + off, *inlen - off, "\r\n\r\n", 4))) {
-        off = (size_t)(e - in) + 4;
-        if (*outlen + sizeof RESP - 1 > BUF)
+    int close_after = 0;
+    http_req req;
+    hello_refresh();
+    while (off < *inlen && !close_after) {
+        http_scan sc;
+        http_scan_reset(&sc);
+        int r = http_parse(&sc, in + off, *inlen - off, NULL, &req);
+        if (r == 0)
             break;
-        memcpy(out + *outlen, RESP, sizeof RESP - 1);
-        *outlen += sizeof RESP - 1;
+        if (*outlen + 256 > BUF)
+            break; /* answered once the output has gone */
+        if (r > 0 && req.content_length > *inlen - off - (size_t)r)
+            break; /* the body has not all arrived */
+        if (r < 0 || (req.method != HTTP_M_GET && req.method != HTTP_M_HEAD)) {
+            int st = r < 0 ? -r : req.method == HTTP_M_UNKNOWN ? 501 : 405;
+            char e[128];
+            int n = snprintf(e, sizeof e,
+                             "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                             st, http_reason(st));
+            raw_put(out, outlen, e, (size_t)n);
+            off = *inlen;
+            close_after = 1;
+            break;
+        }
+        off += (size_t)r + (size_t)req.content_length; /* a body is skipped */
+        int v = !req.keep_alive ? 2 : req.version_minor == 0 ? 1 : 0;
+        size_t len = hello.len[v];
+        if (req.method == HTTP_M_HEAD)
+            len -= sizeof HELLO - 1;
+        raw_put(out, outlen, hello.resp[v], len);
+        close_after = !req.keep_alive;
     }
     memmove(in, in + off, *inlen - off);
     *inlen -= off;
+    return close_after;
 }
 
 /* --port P [--threads N]: run @loop on N threads (this one included). */

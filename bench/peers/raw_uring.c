@@ -6,7 +6,7 @@
  *
  * One multishot ACCEPT per listener. Each connection always has one RECV
  * in flight into its input buffer; when it completes, every complete
- * request head ("\r\n\r\n"-terminated; no other parsing) gets a response
+ * request head is parsed (the example server's parser) and gets a response
  * appended to the output buffer, one SEND covers what is not yet in
  * flight, and the next RECV is queued at once — without waiting for the
  * send, as an event loop would. A short send is continued from where it
@@ -33,6 +33,7 @@ typedef struct conn {
     int fd;
     int busy;             /* operations in flight (recv + send) */
     int closing;
+    int close_after;      /* close once the output has gone */
     size_t inlen;
     size_t outoff, outlen; /* [outoff, sent_to) in flight, up to outlen queued */
     size_t sent_to;
@@ -96,14 +97,15 @@ static void on_recv(struct io_uring *ring, conn *c, int res)
         return;
     }
     c->inlen += (size_t)res;
-    raw_answer(c->in, &c->inlen, c->out, &c->outlen);
+    c->close_after = raw_answer(c->in, &c->inlen, c->out, &c->outlen);
     if (c->inlen == BUF) {
         finish(c);
         return;
     }
     if (c->sent_to == c->outoff && c->outlen > c->outoff)
         arm_send(ring, c); /* nothing in flight: send what was queued */
-    arm_recv(ring, c);
+    if (!c->close_after)
+        arm_recv(ring, c);
 }
 
 static void on_send(struct io_uring *ring, conn *c, int res)
@@ -115,6 +117,8 @@ static void on_send(struct io_uring *ring, conn *c, int res)
     c->outoff += (size_t)res;
     if (c->outoff == c->outlen) {
         c->outoff = c->outlen = c->sent_to = 0;
+        if (c->close_after)
+            finish(c);
         return;
     }
     c->sent_to = c->outoff;
@@ -160,7 +164,7 @@ static void *loop(void *arg)
                     setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                     conn *c = malloc(sizeof *c);
                     c->fd = res;
-                    c->busy = c->closing = 0;
+                    c->busy = c->closing = c->close_after = 0;
                     c->inlen = c->outoff = c->outlen = c->sent_to = 0;
                     arm_recv(&ring, c);
                 }
