@@ -45,8 +45,7 @@ static int io_wait(int fd, uint32_t events, int64_t deadline)
 }
 
 /* Completion ops are used when the backend has them and the call may
- * wait; a deadline that has passed means one non-blocking attempt, which
- * the system call does best. */
+ * wait; a deadline that has passed means one non-blocking attempt. */
 /* WEFT_URING_TRY_FIRST=1: on io_uring, attempt socket calls with a
  * system call first and submit to the ring only when they would block
  * (the measurement behind the default is in docs/ARCHITECTURE.md). */
@@ -60,12 +59,15 @@ static bool uring_try_first(void)
     return v;
 }
 
+/* A deadline of 0 is the explicit "try once": the system call does that
+ * best. Any other deadline is not compared with the clock here (a read
+ * per call, ~25-40 ns): one that has passed already makes the timer fire
+ * in the poll that submits the op, which cancels it unless it completed
+ * inside that submission — the same single attempt. */
 static bool ring_ok(int64_t deadline)
 {
     weft_sched_t *s = weft__sched_tls();
-    if (!weft__reactor_has_ops(&s->r))
-        return false;
-    return deadline == WEFT_FOREVER || deadline > weft_now();
+    return deadline != 0 && weft__reactor_has_ops(&s->r);
 }
 
 /*
@@ -99,7 +101,7 @@ static ssize_t ring_op(const weft__opdesc *d, int64_t deadline)
     weft_sched_t *s = weft__sched_tls();
     weft__wait w;
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
-    int rc = weft__wait_arm_later(&w, deadline); /* ring_ok() read the clock */
+    int rc = weft__wait_arm_later(&w, deadline); /* a passed one fires in the next poll */
     if (rc == 0)
         rc = weft__wait_arm_op(&w, d);
     if (rc < 0) {

@@ -163,6 +163,34 @@ static void *body(void *arg)
     return arg;
 }
 
+/* A deadline that has already passed (but is not 0) means one attempt:
+ * what is there is taken, what is not gives -ETIMEDOUT at once, and no
+ * operation is left in flight. On io_uring the op is submitted and the
+ * passed deadline cancels it in the same poll. */
+static void *passed_body(void *arg)
+{
+    int a, b;
+    h_tcp_pair(&a, &b);
+    char buf[16];
+    for (int i = 0; i < 200; i++) {
+        int64_t past = weft_now() - 1 - i % 3;
+        CHECK_EQ(weft_recv(a, buf, sizeof buf, 0, past), -ETIMEDOUT);
+        CHECK_EQ(weft_send(b, "xy", 2, 0, past), 2);     /* room: it goes */
+        CHECK_EQ(weft_recv(a, buf, sizeof buf, 0, WEFT_FOREVER), 2);
+        CHECK_EQ(weft_send(b, "z", 1, 0, WEFT_FOREVER), 1);
+        CHECK_EQ(weft_sleep(20000), 0);                  /* let it arrive */
+        CHECK_EQ(weft_recv(a, buf, sizeof buf, 0, past), 1); /* there: taken */
+        CHECK_EQ(buf[0], 'z');
+        CHECK_EQ(weft_accept(a, NULL, NULL, past), -EINVAL); /* not listening */
+        weft_stats_t st;
+        CHECK_EQ(weft_sched_stats(weft_sched_self(), &st), 0);
+        CHECK_EQ(st.ops, 0);
+    }
+    weft_close(a);
+    weft_close(b);
+    return arg;
+}
+
 /* fork with a live loop: the child gets a fresh scheduler of its own, the
  * parent's in-flight wait is unaffected */
 static int pp[2];
@@ -226,6 +254,7 @@ int main(void)
     h_begin("ops");
     h_run(body, NULL);
     h_run(fork_body, NULL);
+    h_run(passed_body, NULL);
     weft_close(sv[0]);
     weft_close(sv[1]);
     return h_end();
