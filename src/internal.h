@@ -328,7 +328,15 @@ int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg);
  * never allocates. The node must stay valid until p->fn runs, and must not
  * be posted again before then. Thread-safe. */
 void weft__reactor_post_node(weft__reactor *r, weft__post *p);
-weft__fdstate *weft__fd(weft__reactor *r, int fd); /* grows table; NULL=ENOMEM */
+/* The state of @fd (>= 0), growing the table to it; NULL = ENOMEM. The
+ * lookup is inline: the I/O path makes it several times per call. */
+weft__fdstate *weft__fd_grow(weft__reactor *r, int fd);
+static inline weft__fdstate *weft__fd(weft__reactor *r, int fd)
+{
+    if (WEFT_LIKELY(fd < r->nfds))
+        return &r->fds[fd];
+    return weft__fd_grow(r, fd);
+}
 static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
     return (uint64_t)(uint32_t)fd | ((uint64_t)gen << 32);
 }
@@ -443,7 +451,10 @@ struct weft_sched {
  * chance to poll for I/O and timers (it always polls when idle). */
 #define WEFT__POLL_TICKS 64
 
-weft_sched_t *weft__sched_tls(void);
+/* This thread's scheduler (NULL if none). Inline: read on every I/O call.
+ * Hidden, so a program linking libweft.a reads it with one instruction. */
+extern __thread weft_sched_t *weft__tls_sched __attribute__((visibility("hidden")));
+static inline weft_sched_t *weft__sched_tls(void) { return weft__tls_sched; }
 weft__fiber *weft__current(void); /* NULL outside fibers */
 /* Block the current fiber in @w until it completes; returns w->result.
  * The wait must be armed. Handles cancellation. */

@@ -36,9 +36,9 @@ int64_t weft_deadline_in(int64_t ns)
 
 /* ---- descriptor table ------------------------------------------------ */
 
-weft__fdstate *weft__fd(weft__reactor *r, int fd)
+weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
 {
-    if (WEFT_LIKELY(fd < r->nfds))
+    if (fd < r->nfds)
         return &r->fds[fd];
     int n = r->nfds ? r->nfds : 256;
     while (n <= fd) {

@@ -35,13 +35,11 @@
 
 enum { SLOT_FREE = 0, SLOT_LIVE = 1, SLOT_FINISHED = 2, SLOT_DETACHED = 3 };
 
-static __thread weft_sched_t *tls_sched;
-
-weft_sched_t *weft__sched_tls(void) { return tls_sched; }
+__thread weft_sched_t *weft__tls_sched;
 
 weft__fiber *weft__current(void)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     if (!s || s->current->is_main)
         return NULL;
     return s->current;
@@ -150,7 +148,7 @@ static void switch_away(weft_sched_t *s, weft__fiber *self)
 
 int weft__block(weft__wait *w)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     weft__fiber *f = s->current;
     if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
         weft__scope_clamp(w, f->scope_deadline);
@@ -186,7 +184,7 @@ static inline int precheck(weft_sched_t *s, int64_t deadline)
 
 int weft__precheck(int64_t deadline)
 {
-    return precheck(tls_sched, deadline);
+    return precheck(weft__tls_sched, deadline);
 }
 
 /* ---- handles ------------------------------------------------------------ */
@@ -448,10 +446,10 @@ weft_fiber_t weft_self(void)
 
 int weft_yield(void)
 {
-    int rc = precheck(tls_sched, WEFT_FOREVER);
+    int rc = precheck(weft__tls_sched, WEFT_FOREVER);
     if (rc < 0)
         return rc;
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     weft__fiber *f = s->current;
     rq_push(s, f);
     switch_away(s, f);
@@ -460,7 +458,7 @@ int weft_yield(void)
 
 static int wait_deadline(int64_t deadline, bool park)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     weft__fiber *f = s->current;
     weft__wait w;
     weft__wait_init(&w, &s->r, weft__fiber_wake, f);
@@ -499,7 +497,7 @@ int weft_park(int64_t deadline)
     int rc = weft__precheck(deadline);
     if (rc < 0)
         return rc;
-    weft__fiber *f = tls_sched->current;
+    weft__fiber *f = weft__tls_sched->current;
     if (f->permit) {
         f->permit = 0;
         return 0;
@@ -535,10 +533,10 @@ static void remote_unpark_cb(void *p)
 int weft_unpark(weft_sched_t *s, weft_fiber_t h)
 {
     if (!s)
-        s = tls_sched;
+        s = weft__tls_sched;
     if (!s || h.id == 0)
         return -ESRCH;
-    if (s == tls_sched)
+    if (s == weft__tls_sched)
         return unpark_local(s, h);
     remote_unpark *ru = malloc(sizeof *ru);
     if (!ru)
@@ -553,7 +551,7 @@ int weft_unpark(weft_sched_t *s, weft_fiber_t h)
 
 int weft_cancel(weft_fiber_t h)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     weft__slot *sl = slot_lookup(s, h);
     if (!sl)
         return -ESRCH;
@@ -577,7 +575,7 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
     int rc = weft__precheck(deadline);
     if (rc < 0)
         return rc;
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     weft__slot *sl = slot_lookup(s, h);
     if (!sl)
         return -ESRCH;
@@ -613,7 +611,7 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
 
 int weft_detach(weft_fiber_t h)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     weft__slot *sl = slot_lookup(s, h);
     if (!sl)
         return -ESRCH;
@@ -636,13 +634,13 @@ int weft_detach(weft_fiber_t h)
  * eventfd: it starts with no scheduler (see weft_sched_create). */
 static void atfork_child(void)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     if (!s)
         return;
     weft__reactor_abandon(&s->r);
     weft__overflow_remove(s);
     s->forked = true;
-    tls_sched = NULL;
+    weft__tls_sched = NULL;
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -653,7 +651,7 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     pthread_once(&atfork_once, atfork_register);
     if (!out)
         return -EINVAL;
-    if (tls_sched)
+    if (weft__tls_sched)
         return -EEXIST;
     weft_sched_opts_t o = {0};
     if (opts)
@@ -698,14 +696,14 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
 #endif
     if (!o.no_overflow_handler && !getenv("WEFT_NO_OVERFLOW_HANDLER"))
         weft__overflow_install(s);
-    tls_sched = s;
+    weft__tls_sched = s;
     *out = s;
     return 0;
 }
 
 weft_sched_t *weft_sched_self(void)
 {
-    weft_sched_t *s = tls_sched;
+    weft_sched_t *s = weft__tls_sched;
     if (!s && weft_sched_create(&s, NULL) < 0)
         return NULL;
     return s;
@@ -715,7 +713,7 @@ int weft_sched_run(weft_sched_t *s)
 {
     if (!s)
         return -EINVAL;
-    if (s != tls_sched || !s->current->is_main)
+    if (s != weft__tls_sched || !s->current->is_main)
         return -EPERM;
     if (s->running)
         return -EBUSY;
@@ -749,7 +747,7 @@ int weft_sched_destroy(weft_sched_t *s)
 {
     if (!s)
         return -EINVAL;
-    if (s != tls_sched)
+    if (s != weft__tls_sched)
         return -EPERM;
     if (s->running || s->live || !s->current->is_main)
         return -EBUSY;
@@ -757,7 +755,7 @@ int weft_sched_destroy(weft_sched_t *s)
     weft__stack_cache_fini(&s->stacks);
     free(s->slots);
     weft__overflow_remove(s);
-    tls_sched = NULL;
+    weft__tls_sched = NULL;
     free(s);
     return 0;
 }
