@@ -4,13 +4,18 @@
  * SO_REUSEPORT listener (libuv 1.44 has no UV_TCP_REUSEPORT, so the socket
  * is made by hand and given to uv_tcp_open).
  *
- * Per read callback, every complete request head ("\r\n\r\n"; no other
- * parsing) is answered; the responses go out with uv_try_write, falling
- * back to uv_write for what the socket did not take.
+ * Requests are parsed with Debian's http_parser 2.9 (Node.js's parser, the
+ * one a C server on libuv would reach for): each read is fed to the
+ * connection's parser, and every complete message gets the hello response
+ * (with a Date header, as nginx, Go and weft's server send) in one output
+ * buffer per read; it goes out with uv_try_write, falling back to uv_write
+ * for what the socket did not take. A parse error gets a 400 and the
+ * connection closes; so does a request without keep-alive, once answered.
  *
  *   uv_http --port P [--threads N]
  */
 #define _GNU_SOURCE
+#include <http_parser.h>
 #include <uv.h>
 
 #include <arpa/inet.h>
@@ -20,75 +25,143 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUF 16384
 
-static const char RESP[] = "HTTP/1.1 200 OK\r\nServer: libuv\r\nContent-Type: text/plain\r\n"
-                           "Content-Length: 13\r\n\r\nHello, World!";
+static const char HELLO[] = "Hello, World!";
+static const char BAD[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+static const char NOTALLOWED[] =
+    "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 static int port = 8080;
+
+/* Per loop thread: the read buffer, the output of one read, and the hello
+ * response for the current second (0: keep-alive default, 1: HTTP/1.0
+ * keep-alive, 2: close). */
+static __thread struct {
+    char in[BUF];
+    char out[BUF];
+    size_t outlen;
+    time_t at;
+    char resp[3][256];
+    size_t len[3];
+} T;
 
 typedef struct conn {
     uv_tcp_t tcp;
-    size_t inlen;
-    char in[BUF];
+    http_parser parser;
+    int close_after; /* answered a request without keep-alive, or an error */
 } conn;
 
 typedef struct wreq {
     uv_write_t req;
+    int close_after;
     char data[];
 } wreq;
+
+static void hello_refresh(void)
+{
+    time_t t = time(NULL);
+    if (t == T.at)
+        return;
+    static const char *const conn_hdr[3] = {"", "Connection: keep-alive\r\n",
+                                            "Connection: close\r\n"};
+    struct tm tm;
+    char date[64];
+    gmtime_r(&t, &tm);
+    strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    for (int i = 0; i < 3; i++) {
+        int n = snprintf(T.resp[i], sizeof T.resp[i],
+                         "HTTP/1.1 200 OK\r\nServer: libuv\r\n%s"
+                         "Content-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n%s",
+                         date, sizeof HELLO - 1, conn_hdr[i], HELLO);
+        T.len[i] = n > 0 ? (size_t)n : 0;
+    }
+    T.at = t;
+}
+
+static void put(const char *p, size_t n)
+{
+    if (T.outlen + n <= sizeof T.out) {
+        memcpy(T.out + T.outlen, p, n);
+        T.outlen += n;
+    }
+}
+
+static int on_message_complete(http_parser *p)
+{
+    conn *c = p->data;
+    if (c->close_after)
+        return 0;
+    if (p->method != HTTP_GET && p->method != HTTP_HEAD) {
+        put(NOTALLOWED, sizeof NOTALLOWED - 1);
+        c->close_after = 1;
+        return 0;
+    }
+    int keep = http_should_keep_alive(p);
+    int v = !keep ? 2 : p->http_minor == 0 ? 1 : 0;
+    size_t len = T.len[v];
+    if (p->method == HTTP_HEAD)
+        len -= sizeof HELLO - 1;
+    put(T.resp[v], len);
+    c->close_after = !keep;
+    return 0;
+}
+
+static http_parser_settings settings = {.on_message_complete = on_message_complete};
 
 static void on_close(uv_handle_t *h) { free(h); }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
+    (void)h;
     (void)hint;
-    conn *c = (conn *)h;
-    *b = uv_buf_init(c->in + c->inlen, (unsigned)(BUF - c->inlen));
+    *b = uv_buf_init(T.in, sizeof T.in);
 }
 
 static void on_write(uv_write_t *r, int status)
 {
-    (void)status;
+    wreq *w = (wreq *)r;
+    if (status == 0 && w->close_after && !uv_is_closing((uv_handle_t *)r->handle))
+        uv_close((uv_handle_t *)r->handle, on_close);
     free(r);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 {
-    (void)b;
     conn *c = (conn *)s;
     if (n < 0) {
         uv_close((uv_handle_t *)s, on_close);
         return;
     }
-    c->inlen += (size_t)n;
-    char out[BUF];
-    size_t outlen = 0, off = 0;
-    char *e;
-    while ((e = memmem(c->in + off, c->inlen - off, "\r\n\r\n", 4))) {
-        off = (size_t)(e - c->in) + 4;
-        if (outlen + sizeof RESP - 1 > sizeof out)
-            break;
-        memcpy(out + outlen, RESP, sizeof RESP - 1);
-        outlen += sizeof RESP - 1;
-    }
-    memmove(c->in, c->in + off, c->inlen - off);
-    c->inlen -= off;
-    if (outlen == 0)
+    if (n == 0 || c->close_after)
         return;
-    uv_buf_t wb = uv_buf_init(out, (unsigned)outlen);
+    hello_refresh();
+    T.outlen = 0;
+    size_t done = http_parser_execute(&c->parser, &settings, b->base, (size_t)n);
+    if (c->parser.http_errno != HPE_OK || (done != (size_t)n && !c->parser.upgrade)) {
+        if (!c->close_after)
+            put(BAD, sizeof BAD - 1);
+        c->close_after = 1;
+    }
+    if (T.outlen == 0)
+        return;
+    uv_buf_t wb = uv_buf_init(T.out, (unsigned)T.outlen);
     int k = uv_try_write(s, &wb, 1);
     if (k < 0 && k != UV_EAGAIN) {
         uv_close((uv_handle_t *)s, on_close);
         return;
     }
-    size_t done = k > 0 ? (size_t)k : 0;
-    if (done < outlen) {
-        wreq *w = malloc(sizeof *w + outlen - done);
-        memcpy(w->data, out + done, outlen - done);
-        uv_buf_t rb = uv_buf_init(w->data, (unsigned)(outlen - done));
+    size_t sent = k > 0 ? (size_t)k : 0;
+    if (sent < T.outlen) {
+        wreq *w = malloc(sizeof *w + T.outlen - sent);
+        w->close_after = c->close_after;
+        memcpy(w->data, T.out + sent, T.outlen - sent);
+        uv_buf_t rb = uv_buf_init(w->data, (unsigned)(T.outlen - sent));
         uv_write(&w->req, s, &rb, 1, on_write);
+    } else if (c->close_after) {
+        uv_close((uv_handle_t *)s, on_close);
     }
 }
 
@@ -97,7 +170,9 @@ static void on_conn(uv_stream_t *srv, int status)
     if (status < 0)
         return;
     conn *c = malloc(sizeof *c);
-    c->inlen = 0;
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    c->close_after = 0;
     uv_tcp_init(srv->loop, &c->tcp);
     if (uv_accept(srv, (uv_stream_t *)&c->tcp) != 0) {
         uv_close((uv_handle_t *)&c->tcp, on_close);
