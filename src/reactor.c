@@ -451,7 +451,7 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         rc = r->ops->poll(r, timeout);
     if (WEFT_UNLIKELY(r->wb_fresh_n != 0))
         weft__wb_arm_fresh(r);
-    if (r->timers.n) {
+    if (weft__heap_count(&r->timers)) {
         int64_t now = weft_now();
         while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {
             weft__heap_remove(&r->timers, t);

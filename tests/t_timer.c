@@ -1,6 +1,7 @@
 /* Timers: ordering, equal deadlines fire FIFO, past / far-future / forever
- * deadlines, bad deadlines; the heap itself against a model under random
- * pushes, removals from any slot and pops. */
+ * deadlines, bad deadlines; the heap and run themselves against a model
+ * under random pushes, removals from any slot and pops, and under a
+ * server's pattern (rising deadlines, oldest-first removal). */
 #include "harness.h"
 #include "internal.h"
 
@@ -91,16 +92,69 @@ static void *body(void *arg)
     return arg;
 }
 
-/* The timer heap against a brute-force model: 200,000 random operations
- * (push with few distinct deadlines so ties are common, remove a random
- * armed timer, pop the top), checking after each that the top is the
- * armed timer with the least (deadline, arming order) and that every armed
- * timer knows its slot. */
+/* Every armed timer knows its slot, and its slot its entry (in the heap
+ * or the run) with its key; the heap and run counts add up; the top is
+ * the armed timer with the least (deadline, arming order). */
 #define NT 512
+static weft__timer t[NT];
+static uint64_t armed_at[NT];
+
+static void check_model(const weft__heap *hp)
+{
+    int best = -1;
+    uint32_t n = 0, in_run = 0;
+    for (int k = 0; k < NT; k++) {
+        if (t[k].idx == WEFT__TIMER_IDLE)
+            continue;
+        n++;
+        CHECK(t[k].idx < hp->nslots);
+        CHECK(hp->slots[t[k].idx].t == &t[k]);
+        uint32_t pos = hp->slots[t[k].idx].pos;
+        const weft__hent *e;
+        if (pos & WEFT__IN_RUN) {
+            uint32_t ri = (pos & ~WEFT__IN_RUN) >> WEFT__RUN_SHIFT;
+            CHECK(ri < WEFT__RUNS);
+            const weft__run *ru = &hp->runs[ri];
+            pos &= WEFT__RUN_IDX;
+            CHECK(pos >= ru->head && pos < ru->tail);
+            e = &ru->e[pos];
+            in_run++;
+        } else {
+            CHECK(pos < hp->n);
+            e = &hp->h[pos];
+        }
+        CHECK_EQ(e->slot, t[k].idx);
+        CHECK_EQ(e->deadline, t[k].deadline);
+        if (best < 0 || t[k].deadline < t[best].deadline ||
+            (t[k].deadline == t[best].deadline && armed_at[k] < armed_at[best]))
+            best = k;
+    }
+    CHECK_EQ(n, weft__heap_count(hp));
+    CHECK_EQ(in_run, hp->run_live);
+    /* each run is in key order, its head is live, its count right */
+    uint32_t live_sum = 0;
+    for (int r = 0; r < WEFT__RUNS; r++) {
+        const weft__run *ru = &hp->runs[r];
+        uint32_t live = 0;
+        for (uint32_t i = ru->head; i < ru->tail; i++) {
+            live += ru->e[i].slot != WEFT__RUN_DEAD;
+            if (i + 1 < ru->tail)
+                CHECK(weft__hent_before(&ru->e[i], &ru->e[i + 1]));
+        }
+        CHECK_EQ(live, ru->live);
+        if (ru->live)
+            CHECK(ru->e[ru->head].slot != WEFT__RUN_DEAD);
+        live_sum += live;
+    }
+    CHECK_EQ(live_sum, hp->run_live);
+    CHECK(best < 0 ? weft__heap_top(hp) == NULL : weft__heap_top(hp) == &t[best]);
+}
+
+/* The timers against a brute-force model: 200,000 random operations
+ * (push with few distinct deadlines so ties are common, remove a random
+ * armed timer, pop the top), checked after each. */
 static void heap_model(void)
 {
-    static weft__timer t[NT];
-    static uint64_t armed_at[NT];
     weft__heap hp = {0};
     uint64_t clock = 0;
     uint32_t rng = 12345;
@@ -117,28 +171,69 @@ static void heap_model(void)
         } else if (what == 1) {
             weft__heap_remove(&hp, &t[i]); /* armed or not */
             CHECK_EQ(t[i].idx, WEFT__TIMER_IDLE);
-        } else if (hp.n) {
+        } else if (weft__heap_count(&hp)) {
             weft__heap_remove(&hp, weft__heap_top(&hp));
         }
-        int best = -1;
-        uint32_t n = 0;
-        for (int k = 0; k < NT; k++) {
-            if (t[k].idx == WEFT__TIMER_IDLE)
-                continue;
-            n++;
-            CHECK(t[k].idx < hp.nslots);
-            CHECK(hp.slots[t[k].idx].t == &t[k]);
-            uint32_t pos = hp.slots[t[k].idx].pos;
-            CHECK(pos < hp.n);
-            CHECK_EQ(hp.h[pos].slot, t[k].idx);
-            CHECK_EQ(hp.h[pos].deadline, t[k].deadline);
-            if (best < 0 || t[k].deadline < t[best].deadline ||
-                (t[k].deadline == t[best].deadline && armed_at[k] < armed_at[best]))
-                best = k;
-        }
-        CHECK_EQ(n, hp.n);
-        CHECK(best < 0 ? weft__heap_top(&hp) == NULL : weft__heap_top(&hp) == &t[best]);
+        check_model(&hp);
     }
+    weft__heap_fini(&hp);
+}
+
+/* Shaped like a server: one timeout armed over and over (deadlines rise
+ * with the clock), disarmed mostly oldest-first, now and then a shorter
+ * timeout, and a few long-lived timers. Three timeouts, three runs: the
+ * heap stays empty. Runs must stay as small as the armed set (dead
+ * entries squeezed out), not grow with the traffic. */
+static void server_model(void)
+{
+    weft__heap hp = {0};
+    uint64_t clock = 0;
+    uint32_t rng = 777;
+    int64_t now = 0;
+    for (int i = 0; i < NT; i++)
+        t[i].idx = WEFT__TIMER_IDLE;
+    int fifo[NT], head = 0, tail = 0; /* arming order of the FIFO timers */
+    for (int step = 0; step < 300000; step++) {
+        rng = rng * 1103515245u + 12345u;
+        now += (rng >> 28) % 3;
+        int what = (int)((rng >> 12) % 16);
+        if (what < 7 && tail - head < NT - 8) {
+            int i = -1;
+            for (int k = 8; k < NT && i < 0; k++) /* 0..7: long-lived ones */
+                if (t[k].idx == WEFT__TIMER_IDLE)
+                    i = k;
+            if (i < 0)
+                continue;
+            t[i].deadline = now + ((rng >> 20) % 64 ? 10000 : 500);
+            CHECK_EQ(weft__heap_push(&hp, &t[i]), 0);
+            armed_at[i] = clock++;
+            fifo[tail++ % NT] = i;
+        } else if (what < 14 && head < tail) {
+            /* oldest first, now and then one a little further in */
+            int skip = (rng >> 24) % 8 == 0 && tail - head > 3 ? 2 : 0;
+            int j = head + skip;
+            int i = fifo[j % NT];
+            weft__heap_remove(&hp, &t[i]);
+            for (; j > head; j--)
+                fifo[j % NT] = fifo[(j - 1) % NT];
+            head++;
+        } else if (what == 14) {
+            int i = (int)((rng >> 8) % 8);
+            if (t[i].idx == WEFT__TIMER_IDLE) {
+                t[i].deadline = now + 1000000;
+                CHECK_EQ(weft__heap_push(&hp, &t[i]), 0);
+                armed_at[i] = clock++;
+            } else if ((rng >> 4) % 64 == 0) {
+                weft__heap_remove(&hp, &t[i]);
+            }
+        }
+        if (step % 97 == 0)
+            check_model(&hp);
+        CHECK_EQ(hp.n, 0);
+        for (int r = 0; r < WEFT__RUNS; r++) /* bounded by the armed set */
+            CHECK(hp.runs[r].cap <= 4 * NT + 64);
+    }
+    check_model(&hp);
     weft__heap_fini(&hp);
 }
 
@@ -146,6 +241,7 @@ int main(void)
 {
     h_begin("timer");
     heap_model();
+    server_model();
     h_run(body, NULL);
     return h_end();
 }

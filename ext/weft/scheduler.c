@@ -175,7 +175,9 @@ static size_t s_memsize(const void *p)
     const rsched *s = p;
     return sizeof *s + (size_t)s->nfdi * sizeof(fdinfo) +
            (size_t)s->r.nfds * sizeof(weft__fdstate) +
-           (size_t)s->r.timers.cap * sizeof(void *);
+           (size_t)s->r.timers.cap * (sizeof(weft__hent) + sizeof(weft__hslot) + sizeof(uint32_t)) +
+           (size_t)(s->r.timers.runs[0].cap + s->r.timers.runs[1].cap +
+                    s->r.timers.runs[2].cap + s->r.timers.runs[3].cap) * sizeof(weft__hent);
 }
 
 static const rb_data_type_t sched_type = {
@@ -1467,7 +1469,7 @@ static VALUE s_stats(VALUE self)
         all++;
     rb_hash_aset(h, ID2SYM(rb_intern("waits")), SIZET2NUM(s->r_live ? s->r.nwaits : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("fd_waits")), SIZET2NUM(s->r_live ? s->r.nfd_waits : 0));
-    rb_hash_aset(h, ID2SYM(rb_intern("timers")), SIZET2NUM(s->r_live ? s->r.timers.n : 0));
+    rb_hash_aset(h, ID2SYM(rb_intern("timers")), SIZET2NUM(s->r_live ? weft__heap_count(&s->r.timers) : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("waiting_fibers")), SIZET2NUM(all));
     rb_hash_aset(h, ID2SYM(rb_intern("ready")), SIZET2NUM(ready));
     rb_hash_aset(h, ID2SYM(rb_intern("pid")), INT2NUM(s->pid));
