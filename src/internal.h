@@ -178,6 +178,13 @@ typedef struct weft__heap {
 
 int weft__heap_push(weft__heap *hp, weft__timer *t);
 void weft__heap_remove(weft__heap *hp, weft__timer *t);
+/* Bytes the timer structure holds (heap, slot table, free stack, runs). */
+static inline size_t weft__heap_bytes(const weft__heap *hp) {
+    size_t n = (size_t)hp->cap * (sizeof(weft__hent) + sizeof(weft__hslot) + sizeof(uint32_t));
+    for (int i = 0; i < WEFT__RUNS; i++)
+        n += (size_t)hp->runs[i].cap * sizeof(weft__hent);
+    return n;
+}
 /* Armed timers (heap and runs). */
 static inline uint32_t weft__heap_count(const weft__heap *hp) {
     return hp->n + hp->run_live;

@@ -30,8 +30,6 @@
 
 #define ARITY 4
 
-#define before weft__hent_before
-
 static inline void place(weft__heap *hp, uint32_t i, weft__hent e)
 {
     hp->h[i] = e;
@@ -42,7 +40,7 @@ static void sift_up(weft__heap *hp, uint32_t i, weft__hent e)
 {
     while (i > 0) {
         uint32_t parent = (i - 1) / ARITY;
-        if (!before(&e, &hp->h[parent]))
+        if (!weft__hent_before(&e, &hp->h[parent]))
             break;
         place(hp, i, hp->h[parent]);
         i = parent;
@@ -59,9 +57,9 @@ static void sift_down(weft__heap *hp, uint32_t i, weft__hent e)
         uint32_t end = first + ARITY < hp->n ? first + ARITY : hp->n;
         uint32_t m = first;
         for (uint32_t c = first + 1; c < end; c++)
-            if (before(&hp->h[c], &hp->h[m]))
+            if (weft__hent_before(&hp->h[c], &hp->h[m]))
                 m = c;
-        if (!before(&hp->h[m], &e))
+        if (!weft__hent_before(&hp->h[m], &e))
             break;
         place(hp, i, hp->h[m]);
         i = m;
@@ -129,15 +127,18 @@ static int run_room(weft__heap *hp, uint32_t ri)
 static int run_pick(const weft__heap *hp, int64_t deadline)
 {
     int fit = -1, empty = -1;
+    int64_t fit_last = 0;
     for (int i = 0; i < WEFT__RUNS; i++) {
         const weft__run *ru = &hp->runs[i];
         if (ru->live == 0) {
             if (empty < 0)
                 empty = i;
-        } else if (ru->e[ru->tail - 1].deadline <= deadline &&
-                   (fit < 0 || ru->e[ru->tail - 1].deadline >
-                                   hp->runs[fit].e[hp->runs[fit].tail - 1].deadline)) {
+            continue;
+        }
+        int64_t last = ru->e[ru->tail - 1].deadline;
+        if (last <= deadline && (fit < 0 || last > fit_last)) {
             fit = i;
+            fit_last = last;
         }
     }
     return fit >= 0 ? fit : empty;
@@ -197,7 +198,7 @@ void weft__heap_remove(weft__heap *hp, weft__timer *t)
     weft__hent last = hp->h[--hp->n];
     if (i == hp->n)
         return;
-    if (i > 0 && before(&last, &hp->h[(i - 1) / ARITY]))
+    if (i > 0 && weft__hent_before(&last, &hp->h[(i - 1) / ARITY]))
         sift_up(hp, i, last);
     else
         sift_down(hp, i, last);

@@ -1,6 +1,6 @@
 /*
  * raw_http.h — what the two raw C floors (raw_epoll.c, raw_uring.c) share:
- * the response, the SO_REUSEPORT listener, answering every complete
+ * the response (hello_resp.h, the example server's bytes), the SO_REUSEPORT listener, answering every complete
  * request head in a buffer, and main(). Header-only; each floor is one
  * translation unit built by bench/parts/http.sh together with the
  * example server's parser (examples/http/http_parse.c).
@@ -16,45 +16,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "hello_resp.h"
 #include "http_parse.h"
-
-#include <time.h>
 
 #define BUF 16384
 
 static int port = 8080;
-
-/* The response weft's example server gives to "GET /", byte for byte
- * (Server, Date, Content-Type, Content-Length; a Connection header where
- * HTTP/1.0 keep-alive or a close needs one), rebuilt when the second
- * changes, as the example does. */
-static const char HELLO[] = "Hello, World!";
-static __thread struct {
-    time_t at;
-    char resp[3][256];
-    size_t len[3];
-} hello;
-
-static void hello_refresh(void)
-{
-    time_t t = time(NULL);
-    if (t == hello.at)
-        return;
-    static const char *const conn_hdr[3] = {"", "Connection: keep-alive\r\n",
-                                            "Connection: close\r\n"};
-    struct tm tm;
-    char date[64];
-    gmtime_r(&t, &tm);
-    strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
-    for (int i = 0; i < 3; i++) {
-        int n = snprintf(hello.resp[i], sizeof hello.resp[i],
-                         "HTTP/1.1 200 OK\r\nServer: weft\r\n%s"
-                         "Content-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n%s",
-                         date, sizeof HELLO - 1, conn_hdr[i], HELLO);
-        hello.len[i] = n > 0 ? (size_t)n : 0;
-    }
-    hello.at = t;
-}
 
 /* A listening socket on 127.0.0.1:port, SO_REUSEPORT so that every thread
  * has its own; @flags are added to the socket type (SOCK_NONBLOCK). */
@@ -94,7 +61,7 @@ static int raw_answer(char *in, size_t *inlen, char *out, size_t *outlen)
     size_t off = 0;
     int close_after = 0;
     http_req req;
-    hello_refresh();
+    hello_refresh("weft");
     while (off < *inlen && !close_after) {
         http_scan sc;
         http_scan_reset(&sc);
@@ -117,7 +84,7 @@ static int raw_answer(char *in, size_t *inlen, char *out, size_t *outlen)
             break;
         }
         off += (size_t)r + (size_t)req.content_length; /* a body is skipped */
-        int v = !req.keep_alive ? 2 : req.version_minor == 0 ? 1 : 0;
+        int v = hello_variant(req.keep_alive, req.version_minor);
         size_t len = hello.len[v];
         if (req.method == HTTP_M_HEAD)
             len -= sizeof HELLO - 1;

@@ -15,6 +15,8 @@
  *   uv_http --port P [--threads N]
  */
 #define _GNU_SOURCE
+#include "hello_resp.h"
+
 #include <http_parser.h>
 #include <uv.h>
 
@@ -25,27 +27,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BUF 16384
 
-static const char HELLO[] = "Hello, World!";
 static const char BAD[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 static const char NOTALLOWED[] =
     "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 static int port = 8080;
 
-/* Per loop thread: the read buffer, the output of one read, and the hello
- * response for the current second (0: keep-alive default, 1: HTTP/1.0
- * keep-alive, 2: close). */
+/* Per loop thread: the read buffer and the output of one read. */
 static __thread struct {
     char in[BUF];
     char out[BUF];
     size_t outlen;
-    time_t at;
-    char resp[3][256];
-    size_t len[3];
 } T;
 
 typedef struct conn {
@@ -59,27 +54,6 @@ typedef struct wreq {
     int close_after;
     char data[];
 } wreq;
-
-static void hello_refresh(void)
-{
-    time_t t = time(NULL);
-    if (t == T.at)
-        return;
-    static const char *const conn_hdr[3] = {"", "Connection: keep-alive\r\n",
-                                            "Connection: close\r\n"};
-    struct tm tm;
-    char date[64];
-    gmtime_r(&t, &tm);
-    strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
-    for (int i = 0; i < 3; i++) {
-        int n = snprintf(T.resp[i], sizeof T.resp[i],
-                         "HTTP/1.1 200 OK\r\nServer: libuv\r\n%s"
-                         "Content-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n%s",
-                         date, sizeof HELLO - 1, conn_hdr[i], HELLO);
-        T.len[i] = n > 0 ? (size_t)n : 0;
-    }
-    T.at = t;
-}
 
 static void put(const char *p, size_t n)
 {
@@ -100,11 +74,11 @@ static int on_message_complete(http_parser *p)
         return 0;
     }
     int keep = http_should_keep_alive(p);
-    int v = !keep ? 2 : p->http_minor == 0 ? 1 : 0;
-    size_t len = T.len[v];
+    int v = hello_variant(keep, p->http_minor);
+    size_t len = hello.len[v];
     if (p->method == HTTP_HEAD)
         len -= sizeof HELLO - 1;
-    put(T.resp[v], len);
+    put(hello.resp[v], len);
     c->close_after = !keep;
     return 0;
 }
@@ -137,7 +111,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
     }
     if (n == 0 || c->close_after)
         return;
-    hello_refresh();
+    hello_refresh("libuv");
     T.outlen = 0;
     size_t done = http_parser_execute(&c->parser, &settings, b->base, (size_t)n);
     if (c->parser.http_errno != HPE_OK || (done != (size_t)n && !c->parser.upgrade)) {

@@ -175,9 +175,7 @@ static size_t s_memsize(const void *p)
     const rsched *s = p;
     return sizeof *s + (size_t)s->nfdi * sizeof(fdinfo) +
            (size_t)s->r.nfds * sizeof(weft__fdstate) +
-           (size_t)s->r.timers.cap * (sizeof(weft__hent) + sizeof(weft__hslot) + sizeof(uint32_t)) +
-           (size_t)(s->r.timers.runs[0].cap + s->r.timers.runs[1].cap +
-                    s->r.timers.runs[2].cap + s->r.timers.runs[3].cap) * sizeof(weft__hent);
+           weft__heap_bytes(&s->r.timers);
 }
 
 static const rb_data_type_t sched_type = {
