@@ -42,18 +42,18 @@ LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
            $(patsubst src/%.S,$(BUILD)/obj/%.o,$(LIB_ASM))
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
-TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/t_*.c tests/tool_*.c))
+TESTS    := $(patsubst test/c/%.c,$(BUILD)/tests/%,$(wildcard test/c/t_*.c test/c/tool_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
             $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/boost_*.cpp))
 
-# PostgreSQL (connection pool part): examples/pg/wpg.c is libpq glue for
-# examples/pool_demo and the database tests tests/t_pg*.c, which build into
+# PostgreSQL (connection pool part): contrib/pg/wpg.c is libpq glue for
+# examples/pool_demo and the database tests test/c/t_pg*.c, which build into
 # $(BUILD)/tests-pg/ (scripts/test.d/pg.sh runs them against a throw-away
 # server). Only where libpq links for this compiler (not the aarch64 cross
 # build); libweft itself never needs libpq.
 PG_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 HAVE_PQ := $(shell printf '\043include <libpq-fe.h>\nint main(void){return PQlibVersion()>0?0:1;}\n' | $(CC) -x c - $(PG_CFLAGS) -o /dev/null -lpq >/dev/null 2>&1 && echo 1)
-PG_TESTS := $(patsubst tests/%.c,$(BUILD)/tests-pg/%,$(wildcard tests/t_pg*.c))
+PG_TESTS := $(patsubst test/c/%.c,$(BUILD)/tests-pg/%,$(wildcard test/c/t_pg*.c))
 TESTS    := $(filter-out $(BUILD)/tests/t_pg%,$(TESTS))
 ifneq ($(HAVE_PQ),1)
 EXAMPLES := $(filter-out $(BUILD)/examples/pool_demo,$(EXAMPLES))
@@ -85,28 +85,28 @@ $(BUILD)/libweft.so: $(LIB_OBJ) src/weft.map
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
-# The HTTP examples and tests share the parser and server in examples/http/
+# The HTTP examples and tests share the parser and server in contrib/http/
 # (extra .c prerequisites are compiled in by the rules above and below).
-HTTP_SRC := examples/http/http_parse.c examples/http/http_srv.c
-HTTP_HDR := $(wildcard examples/http/*.h)
+HTTP_SRC := contrib/http/http_parse.c contrib/http/http_srv.c
+HTTP_HDR := $(wildcard contrib/http/*.h)
 $(BUILD)/examples/http_server: $(HTTP_SRC) $(HTTP_HDR)
-$(BUILD)/examples/http_load: examples/http/http_parse.c $(HTTP_HDR)
+$(BUILD)/examples/http_load: contrib/http/http_parse.c $(HTTP_HDR)
 $(filter $(BUILD)/tests/t_http%,$(TESTS)): $(HTTP_SRC) $(HTTP_HDR)
 
-$(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/libweft.a
+$(BUILD)/tests/%: test/c/%.c test/c/harness.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Isrc $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
 # Database glue and tests (see PG_TESTS above).
-$(BUILD)/examples/pool_demo: examples/pg/wpg.c examples/pg/wpg.h
+$(BUILD)/examples/pool_demo: contrib/pg/wpg.c contrib/pg/wpg.h
 $(BUILD)/examples/pool_demo: CFLAGS_ALL += $(PG_CFLAGS)
 $(BUILD)/examples/pool_demo: LDLIBS += -lpq
 tests: $(PG_TESTS)
-$(BUILD)/tests-pg/%: tests/%.c tests/harness.h examples/pg/wpg.c examples/pg/wpg.h $(BUILD)/libweft.a
+$(BUILD)/tests-pg/%: test/c/%.c test/c/harness.h contrib/pg/wpg.c contrib/pg/wpg.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(PG_CFLAGS) -Isrc -Iexamples $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) -lpq
+	$(CC) $(CFLAGS_ALL) $(PG_CFLAGS) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) -lpq
 
 # The whole suite: installs what it needs, then every configuration.
 test:
@@ -115,7 +115,7 @@ test:
 
 # Plain build, every backend, no sanitizers: the quick loop while coding.
 test-fast: tests
-	@bash tests/run.sh $(BUILD)/tests plain
+	@bash test/c/run.sh $(BUILD)/tests plain
 
 demo:
 	@bash scripts/deps.sh demo

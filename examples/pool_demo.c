@@ -5,7 +5,7 @@
  * PREFIXN.txt, static files of http_server --root) with C client fibers on
  * one thread, each with its own keep-alive connection, and stores every
  * body in PostgreSQL through a weft_pool of S connections (libpq in
- * non-blocking mode, examples/pg/wpg.c). Prints progress and a summary:
+ * non-blocking mode, contrib/pg/wpg.c). Prints progress and a summary:
  * items, time, most requests in flight at once, pool statistics, and a
  * check in the database that every item was stored exactly once. With
  * --compare the same job runs sequentially first (one fiber: fetch, store,

@@ -1,6 +1,6 @@
 /*
  * http_parse_fuzz — libFuzzer target for the request-head parser of
- * examples/http (http_parse.c).
+ * contrib/http (http_parse.c).
  *
  * Each input is parsed twice: whole, and fed in growing prefixes whose
  * sizes come from the input's first byte (the incremental scanner). Both
@@ -12,7 +12,7 @@
  *   build: see scripts/test.d/http.sh (clang -fsanitize=fuzzer,address,undefined)
  *   run:   build/fuzz/http_parse_fuzz -max_total_time=60 fuzz/corpus/http_parse
  */
-#include "../examples/http/http_parse.h"
+#include "http/http_parse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -18,27 +18,27 @@ jobs=${WEFT_JOBS:-2}
 
 step "gcc build, all backends"
 build all CC=gcc BUILD=build
-bash tests/run.sh build/tests gcc || status=1
+bash test/c/run.sh build/tests gcc || status=1
 
 step "clang ASan+UBSan build, all backends"
 build tests CC=clang BUILD=build/asan SAN=address,undefined
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  bash tests/run.sh build/asan/tests asan || status=1
+  bash test/c/run.sh build/asan/tests asan || status=1
 
 step "clang TSan build: tests that cross threads"
 build tests CC=clang BUILD=build/tsan SAN=thread
 WEFT_TEST_FILTER='thread' TSAN_OPTIONS=halt_on_error=1 \
-  bash tests/run.sh build/tsan/tests tsan io_uring epoll || status=1
+  bash test/c/run.sh build/tsan/tests tsan io_uring epoll || status=1
 
 step "ucontext fallback context switch"
 build tests CC=gcc BUILD=build/ucontext CTX=ucontext
-bash tests/run.sh build/ucontext/tests ucontext epoll || status=1
+bash test/c/run.sh build/ucontext/tests ucontext epoll || status=1
 
 step "Valgrind memcheck (stacks registered, kernel-written ring buffers marked)"
 if command -v valgrind >/dev/null; then
   WEFT_TEST_RUNNER="valgrind -q --error-exitcode=9" WEFT_TEST_TIMEOUT=600 \
     WEFT_TEST_FILTER='t_(pipe|close_wait|cancel|timer|socket|sched|fls|drained|write_behind)$' \
-    bash tests/run.sh build/tests valgrind io_uring epoll || status=1
+    bash test/c/run.sh build/tests valgrind io_uring epoll || status=1
 else
   echo "valgrind missing: FAILED to run the memcheck stage"; echo "0 1" >> "$tally"; status=1
 fi
@@ -51,7 +51,7 @@ if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/
   build tests CC=aarch64-linux-gnu-gcc BUILD=build/aarch64
   WEFT_TEST_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" WEFT_TEST_TIMEOUT=300 \
     WEFT_TEST_FILTER="${WEFT_AARCH64_FILTER:-t_(switch|cancel|chan|close_wait|echo|fls|future|http_parse|ops|overflow|pipe|proc|ring_tiny|sched|scope|socket|sync_mutex|sync_prims|thread_sync|thread_wakeup|timer)\$}" \
-    bash tests/run.sh build/aarch64/tests aarch64 epoll || status=1
+    bash test/c/run.sh build/aarch64/tests aarch64 epoll || status=1
 else
   echo "aarch64 cross toolchain or qemu-user missing: FAILED to run aarch64 tests"
   echo "0 1" >> "$tally"; status=1

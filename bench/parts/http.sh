@@ -62,7 +62,7 @@ done
 # Peers: built here, optimised like the library (-O2).
 mkdir -p "$bin"
 # The floors parse with the example server's parser (bench/peers/raw_http.h).
-rawcc=(cc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$root/examples/http" "$root/examples/http/http_parse.c")
+rawcc=(cc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$root/contrib/http" "$root/contrib/http/http_parse.c")
 "${rawcc[@]}" "$root/bench/peers/raw_epoll.c" -o "$bin/raw_epoll" -lpthread
 cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/uv_http.c" -o "$bin/uv_http" -luv -lhttp_parser -lpthread
 if [[ " $servers " == *" raw_uring "* ]]; then

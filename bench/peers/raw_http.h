@@ -3,7 +3,7 @@
  * the response (hello_resp.h, the example server's bytes), the SO_REUSEPORT listener, answering every complete
  * request head in a buffer, and main(). Header-only; each floor is one
  * translation unit built by bench/parts/http.sh together with the
- * example server's parser (examples/http/http_parse.c).
+ * example server's parser (contrib/http/http_parse.c).
  */
 #ifndef RAW_HTTP_H
 #define RAW_HTTP_H
@@ -48,7 +48,7 @@ static void raw_put(char *out, size_t *outlen, const char *p, size_t n)
 }
 
 /* Answer every complete request head in in[0, *inlen) — parsed by the
- * example server's parser (examples/http/http_parse.c) with its default
+ * example server's parser (contrib/http/http_parse.c) with its default
  * limits, so the floor does the same HTTP work as weft's server and the
  * comparison measures what the fibers cost — by appending a response to
  * out (while it fits), and keep only the unanswered rest of the input.

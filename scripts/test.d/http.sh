@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# http.sh — the HTTP example's suites that are not tests/t_*.c programs:
+# http.sh — the HTTP example's suites that are not test/c/t_*.c programs:
 #   1. a libFuzzer run of the request parser (60 s; WEFT_FUZZ_SECS overrides);
 #   2. the http_server program as a process: 2 threads, load from http_load
 #      with zero errors, then SIGTERM ends it cleanly.
@@ -19,7 +19,7 @@ secs=${WEFT_FUZZ_SECS:-60}
 mkdir -p build/fuzz "$tmp/corpus"
 if clang -std=gnu11 -g -O1 -Wall -Wextra -Werror \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-     fuzz/http_parse_fuzz.c examples/http/http_parse.c \
+     -Icontrib fuzz/http_parse_fuzz.c contrib/http/http_parse.c \
      -o build/fuzz/http_parse_fuzz >"$tmp/fuzz-build.log" 2>&1; then
   if build/fuzz/http_parse_fuzz -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="$tmp/" -print_final_stats=1 \

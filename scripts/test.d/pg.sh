@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pg.sh — database tests (tests/t_pg*.c, built into BUILD/tests-pg/)
+# pg.sh — database tests (test/c/t_pg*.c, built into BUILD/tests-pg/)
 # against a real PostgreSQL that this script starts (scripts/pg.sh: a
 # throw-away cluster on loopback) and stops: the gcc build and, when
 # scripts/test.sh has built it, the clang ASan+UBSan build, on every
@@ -32,7 +32,7 @@ inner() {
     bin=$(mktemp -d)
     ln -s "$PWD/$1"/tests/tool_backend "$PWD/$1"/tests/tool_deny_uring "$PWD/$1"/tests-pg/t_pg* "$bin"/
     WEFT_TEST_LOGS=$PWD/$1/tests-pg/logs ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
-      bash tests/run.sh "$bin" "pg-$2" || status=1
+      bash test/c/run.sh "$bin" "pg-$2" || status=1
     rm -rf "$bin"
   done
   if ls test/ruby/test_pool_pg*.rb >/dev/null 2>&1 && [ -f lib/weft/weft.so ]; then

@@ -2,7 +2,7 @@
  * tool_deny_uring — run a program with io_uring_setup(2) denied (EPERM), as
  * a seccomp filter in a container would: `tool_deny_uring PROG ARGS...`.
  * epoll_pwait2(2) is denied too, as by container profiles older than it.
- * tests/run.sh uses it for the "uring-denied" configuration, where every
+ * test/c/run.sh uses it for the "uring-denied" configuration, where every
  * test must pass on the epoll fallback.
  */
 #include <errno.h>

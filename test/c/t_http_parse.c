@@ -1,11 +1,11 @@
 /*
- * t_http_parse — the HTTP request-head parser of examples/http: accepted
+ * t_http_parse — the HTTP request-head parser of contrib/http: accepted
  * forms, every refusal with its status, limits crossed while the head is
  * still incomplete, and the same answers when the bytes arrive one at a
  * time (incremental scan) as when they arrive at once.
  */
 #include "harness.h"
-#include "../examples/http/http_parse.h"
+#include "http/http_parse.h"
 
 static http_req req;
 

@@ -1,5 +1,5 @@
 /* PostgreSQL through the pool, libpq in non-blocking mode on weft fd waits
- * (examples/pg/wpg.c), against a real server: WEFT_PG_CONNINFO, set by
+ * (contrib/pg/wpg.c), against a real server: WEFT_PG_CONNINFO, set by
  * scripts/test.d/pg.sh (scripts/pg.sh starts a throw-away cluster).
  *   - 300 fibers each write one row through a pool of 2 connections: every
  *     row exactly once, never more than 2 server connections;

@@ -1,7 +1,7 @@
 /*
  * harness.h — shared test scaffolding.
  *
- * Each test is its own program run in its own process (tests/run.sh adds a
+ * Each test is its own program run in its own process (test/c/run.sh adds a
  * timeout and picks the backend with WEFT_BACKEND). h_begin() records the
  * open descriptors before weft creates anything; h_end() is the teardown
  * oracle: no live fibers, handles, timers, waits or posts, the scheduler
@@ -114,7 +114,7 @@ static inline int h_end(void)
     weft_sched_t *s = weft_sched_self();
     CHECK(s != NULL);
     const char *backend = weft_sched_backend(s);
-    /* tests/run.sh says which backend this run is for: a silent fallback
+    /* test/c/run.sh says which backend this run is for: a silent fallback
      * must not pass as a run on another backend. */
     const char *expect = getenv("WEFT_EXPECT_BACKEND");
     if (expect && *expect && strcmp(expect, backend) != 0) {

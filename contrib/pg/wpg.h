@@ -7,7 +7,7 @@
  * also compiled into the Ruby extension and cross-compiled for aarch64,
  * and neither should need libpq; this is glue between weft's fd waits and
  * one client library (what any other non-blocking client would follow),
- * shared by examples/pool_demo, tests/t_pg*.c and the pool benchmark.
+ * shared by examples/pool_demo, test/c/t_pg*.c and the pool benchmark.
  * Link with -lpq (pkg-config libpq).
  *
  * Errors are negative errno values, as in weft:

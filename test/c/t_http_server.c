@@ -1,5 +1,5 @@
 /*
- * t_http_server — the HTTP server of examples/http, run in-process as
+ * t_http_server — the HTTP server of contrib/http, run in-process as
  * fibers next to weft client fibers on the same scheduler:
  *   - every bad-input status (400, 405, 413, 414, 431, 501, 505), each
  *     followed by a check that the server still answers;
@@ -12,7 +12,7 @@
  *     gets its answer (with Connection: close), the listener goes away.
  */
 #include "harness.h"
-#include "../examples/http/http_srv.h"
+#include "http/http_srv.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
