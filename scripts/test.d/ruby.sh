@@ -14,22 +14,11 @@ if ! command -v "$ruby" >/dev/null; then
   exit 1
 fi
 ver=$("$ruby" -e 'print RUBY_VERSION')
-if [ -z "${WEFT_RUBY:-}" ]; then
-  make -s ruby >/dev/null || { echo "[ruby] 0 passed, 1 failed: extension build"; \
-    [ -n "${WEFT_TEST_TALLY:-}" ] && echo "0 1" >> "$WEFT_TEST_TALLY"; exit 1; }
-  extdir=lib
-else
-  label="ruby-$ver"
-  bdir=build/ruby-$ver
-  mkdir -p "$bdir/obj" "$bdir/lib/weft"
-  ext=$PWD/ext/weft/extconf.rb
-  for d in src src/arch include "$ext"; do [ "$bdir/obj/Makefile" -nt "$d" ] || rm -f "$bdir/obj/Makefile"; done
-  if ! ( cd "$bdir/obj" && { [ -f Makefile ] || "$ruby" "$ext" >/dev/null; } && make -s V=0 >/dev/null ) ; then
-    echo "[$label] 0 passed, 1 failed: extension build"
-    [ -n "${WEFT_TEST_TALLY:-}" ] && echo "0 1" >> "$WEFT_TEST_TALLY"; exit 1
-  fi
-  cp "$bdir/obj/weft.so" "$bdir/lib/weft/weft.so"
-  extdir=$bdir/lib
+[ -n "${WEFT_RUBY:-}" ] && label="ruby-$ver"
+# The extension: lib/ for the default Ruby, build/ruby-<version>/lib for another.
+if ! extdir=$(bash scripts/ruby-ext.sh ${WEFT_RUBY:+"$ruby"}); then
+  echo "[$label] 0 passed, 1 failed: extension build"
+  [ -n "${WEFT_TEST_TALLY:-}" ] && echo "0 1" >> "$WEFT_TEST_TALLY"; exit 1
 fi
 backends=(epoll poll)
 if [ "$(WEFT_BACKEND=io_uring "$ruby" -I "$extdir" -I lib -r weft -e 'print Weft::Scheduler.new.backend' 2>/dev/null)" = io_uring ]; then
