@@ -60,6 +60,23 @@ EXAMPLES := $(filter-out $(BUILD)/examples/pool_demo,$(EXAMPLES))
 PG_TESTS :=
 endif
 
+# TLS (issue 17): libweft_tls, a layer above libweft built from src/tls/
+# (not src/, which the Ruby extension compiles: libweft never needs
+# OpenSSL), the TLS tests test/c/t_tls*.c (in $(BUILD)/tests/, so every
+# stage of scripts/test.sh runs them) and the programs that speak TLS.
+# Only where OpenSSL 3 links for this compiler (Debian: libssl-dev; not
+# the aarch64 cross build).
+HAVE_SSL := $(shell printf '\043include <openssl/ssl.h>\nint main(void){return OPENSSL_VERSION_MAJOR>=3&&OPENSSL_init_ssl(0,0)?0:1;}\n' | $(CC) -x c - -o /dev/null -lssl -lcrypto >/dev/null 2>&1 && echo 1)
+TLS_OBJ      := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(wildcard src/tls/*.c))
+TLS_LDLIBS   := -lssl -lcrypto
+TLS_TESTS    := $(filter $(BUILD)/tests/t_tls%,$(TESTS))
+TLS_EXAMPLES := $(BUILD)/examples/https_get
+ifneq ($(HAVE_SSL),1)
+TESTS    := $(filter-out $(TLS_TESTS),$(TESTS))
+EXAMPLES := $(filter-out $(TLS_EXAMPLES),$(EXAMPLES))
+TLS_TESTS :=
+endif
+
 .PHONY: all lib examples tests test test-fast demo bench benches install clean deps
 all: lib examples tests ruby
 
@@ -108,6 +125,25 @@ $(BUILD)/tests-pg/%: test/c/%.c test/c/harness.h contrib/pg/wpg.c contrib/pg/wpg
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(PG_CFLAGS) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) -lpq
 
+# TLS library, tests and programs (see HAVE_SSL above). http_server serves
+# HTTPS when built here (contrib/http/http_tls.c, -DWEFT_HTTP_TLS).
+ifeq ($(HAVE_SSL),1)
+lib: $(BUILD)/libweft_tls.a $(BUILD)/libweft_tls.so
+$(TLS_OBJ): src/tls/tls_internal.h include/weft_tls.h
+$(BUILD)/libweft_tls.a: $(TLS_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+$(BUILD)/libweft_tls.so: $(TLS_OBJ) src/tls/weft_tls.map $(BUILD)/libweft.so
+	$(CC) -shared -Wl,--version-script=src/tls/weft_tls.map -Wl,-soname,libweft_tls.so.0 \
+	    $(LDFLAGS_SAN) -o $@ $(TLS_OBJ) $(BUILD)/libweft.so $(TLS_LDLIBS)
+$(TLS_TESTS): $(BUILD)/tests/%: test/c/%.c test/c/harness.h test/c/tls_util.h $(BUILD)/libweft_tls.a $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft_tls.a $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) $(TLS_LDLIBS)
+$(TLS_EXAMPLES): $(BUILD)/examples/%: examples/%.c $(BUILD)/libweft_tls.a $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DWEFT_HTTP_TLS=1 -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft_tls.a $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) $(TLS_LDLIBS)
+endif
+
 # The whole suite: installs what it needs, then every configuration.
 test:
 	@bash scripts/deps.sh test
@@ -148,6 +184,22 @@ install: lib
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' weft.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
+
+# TLS: libweft_tls, weft_tls.h and weft-tls.pc beside weft.pc.
+ifeq ($(HAVE_SSL),1)
+INSTALLED += lib/libweft_tls.a lib/libweft_tls.so.0 lib/libweft_tls.so \
+             include/weft_tls.h lib/pkgconfig/weft-tls.pc
+install: install-tls
+endif
+.PHONY: install-tls
+install-tls: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/libweft_tls.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libweft_tls.so $(DESTDIR)$(PREFIX)/lib/libweft_tls.so.0
+	ln -sf libweft_tls.so.0 $(DESTDIR)$(PREFIX)/lib/libweft_tls.so
+	install -m 644 include/weft_tls.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' weft-tls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft-tls.pc
 
 # ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a
