@@ -5,7 +5,7 @@
 #                        ucontext fallback and aarch64 under qemu-user
 #   make demo            the showcase
 #   make bench           benchmarks against peers
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   (make uninstall PREFIX=... undoes it)
 #
 # Variables: CC, BUILD (output dir), SAN (e.g. address,undefined),
 # CTX=ucontext (force the portable context switch), OPT.
@@ -77,7 +77,7 @@ EXAMPLES := $(filter-out $(TLS_EXAMPLES),$(EXAMPLES))
 TLS_TESTS :=
 endif
 
-.PHONY: all lib examples tests test test-fast demo bench benches install clean deps
+.PHONY: all lib examples tests test test-fast demo bench benches install uninstall clean deps
 all: lib examples tests ruby
 
 lib: $(BUILD)/libweft.a $(BUILD)/libweft.so
@@ -177,6 +177,14 @@ bench:
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+# install: the library, header, weft.pc and (when doxygen is there) the man
+# pages. Into a prefix the dynamic linker searches (/usr, /usr/local) and
+# with DESTDIR empty it also runs ldconfig, so that programs linked with
+# -lweft find libweft.so.0 at once; for any other prefix link with
+# -Wl,-rpath,$(PREFIX)/lib (README.md). uninstall removes exactly those files.
+LDCONFIG_PREFIXES := /usr /usr/local
+INSTALLED := lib/libweft.a lib/libweft.so.0 lib/libweft.so include/weft.h \
+             lib/pkgconfig/weft.pc
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libweft.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
@@ -186,6 +194,11 @@ install: lib
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
 # TLS: libweft_tls, weft_tls.h and weft-tls.pc beside weft.pc.
+	$(if $(DESTDIR),,$(if $(filter $(patsubst %/,%,$(PREFIX)),$(LDCONFIG_PREFIXES)),ldconfig))
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	$(if $(DESTDIR),,$(if $(filter $(patsubst %/,%,$(PREFIX)),$(LDCONFIG_PREFIXES)),ldconfig))
 ifeq ($(HAVE_SSL),1)
 INSTALLED += lib/libweft_tls.a lib/libweft_tls.so.0 lib/libweft_tls.so \
              include/weft_tls.h lib/pkgconfig/weft-tls.pc

@@ -9,15 +9,20 @@ Gem::Specification.new do |spec|
   spec.description = <<~TEXT
     Weft::Scheduler implements every Fiber::Scheduler hook in C on weft's
     reactor, so sockets, pipes, sleep, Mutex, Queue, Process.wait,
-    Timeout.timeout and DNS lookups run concurrently in fibers. The C core
-    is compiled into the extension; no system library is needed.
+    Timeout.timeout and DNS lookups run concurrently in fibers. weft's C
+    core is compiled into the extension, so no libweft needs to be
+    installed. When liburing's headers and library are present at build
+    time (Debian: liburing-dev), the extension links liburing and uses the
+    io_uring backend; without them it is built for epoll and poll only.
   TEXT
   spec.authors = ["weft contributors"]
   spec.license = "MIT"
+  # weft has no public web address yet, so no homepage, source_code_uri or
+  # other metadata links rather than ones that lead nowhere.
   spec.required_ruby_version = ">= 3.1"
   spec.platform = Gem::Platform::RUBY
   spec.files = Dir["lib/**/*.rb", "ext/weft/*.{c,h,rb}", "src/**/*.{c,h,S,map}",
-                   "include/*.h", "README.md"].reject { |f| f.end_with?(".so") }
+                   "include/*.h", "README.md", "LICENSE"].reject { |f| f.end_with?(".so") }
   spec.extensions = ["ext/weft/extconf.rb"]
   spec.require_paths = ["lib"]
 end

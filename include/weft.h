@@ -34,6 +34,7 @@
 #ifndef WEFT_H
 #define WEFT_H
 
+#include <errno.h>      /* the E* codes that every call returns negated */
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -54,6 +55,13 @@ extern "C" {
 
 /** No deadline: wait as long as it takes. */
 #define WEFT_FOREVER ((int64_t)-1)
+
+/** One second in nanoseconds: weft_deadline_in(5 * WEFT_SEC). */
+#define WEFT_SEC ((int64_t)1000000000)
+/** One millisecond in nanoseconds. */
+#define WEFT_MS ((int64_t)1000000)
+/** One microsecond in nanoseconds. */
+#define WEFT_US ((int64_t)1000)
 
 /**
  * weft_now — current time of the monotonic clock in nanoseconds.
