@@ -33,7 +33,7 @@ typedef struct tls_pki {
     char expired[128], expired_key[128];
 } tls_pki;
 
-static void tls_add_ext(X509 *x, X509V3_CTX *v3, int nid, const char *value)
+static inline void tls_add_ext(X509 *x, X509V3_CTX *v3, int nid, const char *value)
 {
     X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, v3, nid, value);
     CHECK(e != NULL);
@@ -43,7 +43,7 @@ static void tls_add_ext(X509 *x, X509V3_CTX *v3, int nid, const char *value)
 
 /* A certificate for @key named @cn, signed by @issuer (NULL: itself),
  * valid from @from to @to seconds relative to now. */
-static X509 *tls_make_cert(EVP_PKEY *key, const char *cn, X509 *issuer,
+static inline X509 *tls_make_cert(EVP_PKEY *key, const char *cn, X509 *issuer,
                            EVP_PKEY *issuer_key, int ca, const char *san,
                            long from, long to)
 {
@@ -76,7 +76,7 @@ static X509 *tls_make_cert(EVP_PKEY *key, const char *cn, X509 *issuer,
     return x;
 }
 
-static void tls_write_pem(const char *path, X509 *x, EVP_PKEY *key)
+static inline void tls_write_pem(const char *path, X509 *x, EVP_PKEY *key)
 {
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
@@ -88,7 +88,7 @@ static void tls_write_pem(const char *path, X509 *x, EVP_PKEY *key)
 }
 
 /* Make a leaf signed by @ca and write it (and its key) under @p->dir. */
-static void tls_leaf(const tls_pki *p, const char *name, const char *cn,
+static inline void tls_leaf(const tls_pki *p, const char *name, const char *cn,
                      const char *san, X509 *ca, EVP_PKEY *ca_key, long from,
                      long to, char *cert_path, char *key_path)
 {
@@ -103,7 +103,7 @@ static void tls_leaf(const tls_pki *p, const char *name, const char *cn,
     EVP_PKEY_free(k);
 }
 
-static void tls_pki_make(tls_pki *p)
+static inline void tls_pki_make(tls_pki *p)
 {
     memset(p, 0, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "/tmp/weft-tls-test.XXXXXX");
@@ -137,7 +137,7 @@ static void tls_pki_make(tls_pki *p)
     EVP_PKEY_free(other_key);
 }
 
-static void tls_pki_remove(tls_pki *p)
+static inline void tls_pki_remove(tls_pki *p)
 {
     const char *files[] = {"ca.pem", "other_ca.pem", "srv.pem", "srv.key", "cli.pem",
                            "cli.key", "self.pem", "self.key", "expired.pem", "expired.key"};
@@ -150,7 +150,7 @@ static void tls_pki_remove(tls_pki *p)
 }
 
 /* Contexts: a server with @cert/@key, a client trusting @ca. */
-static weft_tls_ctx_t *tls_server_ctx(const char *cert, const char *key)
+static inline weft_tls_ctx_t *tls_server_ctx(const char *cert, const char *key)
 {
     weft_tls_ctx_opts_t o = {.server = 1, .cert_file = cert, .key_file = key};
     weft_tls_ctx_t *c = NULL;
@@ -161,7 +161,7 @@ static weft_tls_ctx_t *tls_server_ctx(const char *cert, const char *key)
     return c;
 }
 
-static weft_tls_ctx_t *tls_client_ctx(const char *ca)
+static inline weft_tls_ctx_t *tls_client_ctx(const char *ca)
 {
     weft_tls_ctx_opts_t o = {.ca_file = ca};
     weft_tls_ctx_t *c = NULL;
