@@ -139,6 +139,9 @@ $(BUILD)/libweft_tls.so: $(TLS_OBJ) src/tls/weft_tls.map $(BUILD)/libweft.so
 $(TLS_TESTS): $(BUILD)/tests/%: test/c/%.c test/c/harness.h test/c/tls_util.h $(BUILD)/libweft_tls.a $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft_tls.a $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) $(TLS_LDLIBS)
+TLS_EXAMPLES += $(BUILD)/examples/http_server
+$(BUILD)/examples/http_server: contrib/http/http_tls.c contrib/http/http_tls.h
+$(BUILD)/tests/t_tls_http: $(HTTP_SRC) $(HTTP_HDR) contrib/http/http_tls.c contrib/http/http_tls.h
 $(TLS_EXAMPLES): $(BUILD)/examples/%: examples/%.c $(BUILD)/libweft_tls.a $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -DWEFT_HTTP_TLS=1 -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft_tls.a $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) $(TLS_LDLIBS)
@@ -175,8 +178,6 @@ bench:
 	@$(MAKE) --no-print-directory all benches
 	@bash bench/run.sh
 
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 # install: the library, header, weft.pc and (when doxygen is there) the man
 # pages. Into a prefix the dynamic linker searches (/usr, /usr/local) and
 # with DESTDIR empty it also runs ldconfig, so that programs linked with
@@ -185,6 +186,8 @@ install: lib
 LDCONFIG_PREFIXES := /usr /usr/local
 INSTALLED := lib/libweft.a lib/libweft.so.0 lib/libweft.so include/weft.h \
              lib/pkgconfig/weft.pc
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libweft.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
@@ -192,13 +195,13 @@ INSTALLED := lib/libweft.a lib/libweft.so.0 lib/libweft.so include/weft.h \
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' weft.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
-
-# TLS: libweft_tls, weft_tls.h and weft-tls.pc beside weft.pc.
 	$(if $(DESTDIR),,$(if $(filter $(patsubst %/,%,$(PREFIX)),$(LDCONFIG_PREFIXES)),ldconfig))
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
 	$(if $(DESTDIR),,$(if $(filter $(patsubst %/,%,$(PREFIX)),$(LDCONFIG_PREFIXES)),ldconfig))
+
+# TLS: libweft_tls, weft_tls.h and weft-tls.pc beside weft.pc.
 ifeq ($(HAVE_SSL),1)
 INSTALLED += lib/libweft_tls.a lib/libweft_tls.so.0 lib/libweft_tls.so \
              include/weft_tls.h lib/pkgconfig/weft-tls.pc

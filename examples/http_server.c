@@ -5,10 +5,15 @@
  *
  *   http_server [--host ADDR] [--port P] [--threads N] [--root DIR]
  *               [--idle-timeout-ms MS] [--header-timeout-ms MS]
- *               [--drain-timeout-ms MS] [--quiet]
+ *               [--drain-timeout-ms MS] [--tls-cert FILE --tls-key FILE]
+ *               [--quiet]
  *
  * --port 0 picks a free port. The first line on stdout is always
- * "http_server: listening on http://ADDR:PORT/ ..." so scripts can find it.
+ * "http_server: listening on http://ADDR:PORT/ ..." (https:// with TLS)
+ * so scripts can find it.
+ *
+ * --tls-cert and --tls-key (PEM certificate chain and key) serve HTTPS
+ * through weft_tls (contrib/http/http_tls.c), when built with OpenSSL.
  *
  * SIGINT / SIGTERM stop it gracefully: the listeners close, idle
  * connections close, requests in progress finish (up to the drain
@@ -18,6 +23,9 @@
  */
 #include "weft.h"
 #include "http/http_srv.h"
+#ifdef WEFT_HTTP_TLS
+#include "http/http_tls.h"
+#endif
 
 #include <errno.h>
 #include <pthread.h>
@@ -44,6 +52,8 @@ static struct {
     int port;
     int threads;
     int quiet;
+    const char *tls_cert, *tls_key;
+    http_transport tls;
     http_srv_opts opts;
     loop loops[MAX_THREADS];
     pthread_mutex_t mu;
@@ -57,7 +67,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: http_server [--host ADDR] [--port P] [--threads N] [--root DIR]\n"
             "                   [--idle-timeout-ms MS] [--header-timeout-ms MS]\n"
-            "                   [--drain-timeout-ms MS] [--quiet]\n");
+            "                   [--drain-timeout-ms MS] [--tls-cert FILE --tls-key FILE]\n"
+            "                   [--quiet]\n");
     exit(2);
 }
 
@@ -139,11 +150,30 @@ int main(int argc, char **argv)
             G.opts.header_timeout_ns = atoll(v) * 1000000LL;
         else if (!strcmp(a, "--drain-timeout-ms"))
             G.opts.drain_timeout_ns = atoll(v) * 1000000LL;
+        else if (!strcmp(a, "--tls-cert"))
+            G.tls_cert = v;
+        else if (!strcmp(a, "--tls-key"))
+            G.tls_key = v;
         else
             usage();
     }
-    if (G.threads < 1 || G.threads > MAX_THREADS || G.port < 0 || G.port > 65535)
+    if (G.threads < 1 || G.threads > MAX_THREADS || G.port < 0 || G.port > 65535 ||
+        !G.tls_cert != !G.tls_key)
         usage();
+    if (G.tls_cert) {
+#ifdef WEFT_HTTP_TLS
+        char err[256];
+        int trc = http_tls_transport(&G.tls, G.tls_cert, G.tls_key, err, sizeof err);
+        if (trc < 0) {
+            fprintf(stderr, "http_server: TLS: %s\n", err);
+            return 1;
+        }
+        G.opts.transport = &G.tls;
+#else
+        fprintf(stderr, "http_server: built without OpenSSL: no TLS\n");
+        return 1;
+#endif
+    }
 
     /* Before any thread exists, so every thread inherits the mask. SIGPIPE
      * is blocked too: sendfile(2) has no MSG_NOSIGNAL. */
@@ -198,8 +228,8 @@ int main(int argc, char **argv)
         }
     weft_spawn(signal_main, &mask, NULL, NULL);
 
-    printf("http_server: listening on http://%s:%d/ with %d thread%s, %s backend%s%s\n",
-           G.host, port, G.threads, G.threads > 1 ? "s" : "",
+    printf("http_server: listening on %s://%s:%d/ with %d thread%s, %s backend%s%s\n",
+           G.tls_cert ? "https" : "http", G.host, port, G.threads, G.threads > 1 ? "s" : "",
            weft_sched_backend(s0), G.opts.root ? ", root " : "",
            G.opts.root ? G.opts.root : "");
     fflush(stdout);
@@ -229,5 +259,9 @@ int main(int argc, char **argv)
                 (unsigned long long)tot.status_5xx, (unsigned long long)tot.idle_closed,
                 (unsigned long long)tot.timed_out);
     weft_sched_destroy(s0);
+#ifdef WEFT_HTTP_TLS
+    if (G.tls_cert)
+        http_tls_transport_free(&G.tls);
+#endif
     return rc < 0 ? 1 : 0;
 }

@@ -67,6 +67,7 @@ struct conn {
     http_srv *srv;
     weft_fiber_t fiber;
     int fd;
+    void *tc; /* the transport's connection (TLS), NULL for plain TCP */
     int idle; /* blocked waiting for the first byte of a request */
     size_t inlen, outlen;
     size_t in_cap; /* IN_SMALL, or srv->in_cap once a head outgrew that */
@@ -77,12 +78,30 @@ struct conn {
 
 static const char HELLO[] = "Hello, World!";
 
+/* ---- transport ---------------------------------------------------------- */
+
+/* Plain TCP calls the socket directly; a transport (TLS) is one branch
+ * away, never taken on the plain path. */
+static inline ssize_t conn_recv(conn *c, void *buf, size_t len, int64_t deadline)
+{
+    if (__builtin_expect(c->tc != NULL, 0))
+        return c->srv->o.transport->recv(c->tc, buf, len, deadline);
+    return weft_recv(c->fd, buf, len, 0, deadline);
+}
+
+static inline ssize_t conn_send(conn *c, const void *buf, size_t len, int64_t deadline)
+{
+    if (__builtin_expect(c->tc != NULL, 0))
+        return c->srv->o.transport->send(c->tc, buf, len, deadline);
+    return weft_send(c->fd, buf, len, 0, deadline);
+}
+
 /* ---- output ------------------------------------------------------------- */
 
-static int send_all(int fd, const char *p, size_t n, int64_t deadline)
+static int send_all(conn *c, const char *p, size_t n, int64_t deadline)
 {
     while (n > 0) {
-        ssize_t k = weft_send(fd, p, n, 0, deadline);
+        ssize_t k = conn_send(c, p, n, deadline);
         if (k < 0)
             return (int)k;
         p += k;
@@ -95,7 +114,7 @@ static int flush(conn *c)
 {
     if (c->outlen == 0)
         return 0;
-    int rc = send_all(c->fd, c->out, c->outlen,
+    int rc = send_all(c, c->out, c->outlen,
                       weft_deadline_in(c->srv->o.io_timeout_ns));
     c->outlen = 0;
     return rc;
@@ -180,11 +199,14 @@ static void put_error(conn *c, int status)
  */
 static void linger_close(conn *c)
 {
-    weft_shutdown(c->fd, SHUT_WR);
     int64_t deadline = weft_deadline_in(SEC / 2);
+    if (c->tc)
+        c->srv->o.transport->shutdown(c->tc, deadline);
+    else
+        weft_shutdown(c->fd, SHUT_WR);
     size_t total = 0;
     while (total < 256 * 1024) {
-        ssize_t n = weft_recv(c->fd, c->in, c->in_cap, 0, deadline);
+        ssize_t n = conn_recv(c, c->in, c->in_cap, deadline);
         if (n <= 0)
             break;
         total += (size_t)n;
@@ -312,6 +334,25 @@ static ssize_t sendfile_nosigpipe(int out, int in, off_t *off, size_t n)
     return k;
 }
 
+/* A file through a transport (TLS) that cannot take sendfile(2): read it
+ * in chunks and send them. Returns 0 or a negative errno. */
+static __attribute__((noinline)) int copy_file(conn *c, int ffd, off_t size, int64_t deadline)
+{
+    char buf[16384];
+    off_t off = 0;
+    while (off < size) {
+        size_t want = size - off < (off_t)sizeof buf ? (size_t)(size - off) : sizeof buf;
+        ssize_t k = pread(ffd, buf, want, off);
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO; /* shrank: the framing is broken */
+        int rc = send_all(c, buf, (size_t)k, deadline);
+        if (rc < 0)
+            return rc;
+        off += k;
+    }
+    return 0;
+}
+
 /* The path of a request target: an absolute-form target
  * ("http://host/x", which servers must accept) is reduced to "/x". */
 static void target_path(const http_req *r, const char **p, size_t *n)
@@ -370,6 +411,10 @@ static __attribute__((noinline)) int serve_file(conn *c, const http_req *r, int 
         rc = weft_flush(c->fd, weft_deadline_in(s->o.io_timeout_ns));
     off_t off = 0;
     int64_t deadline = weft_deadline_in(s->o.io_timeout_ns);
+    if (c->tc && rc == 0 && r->method != HTTP_M_HEAD) {
+        rc = copy_file(c, ffd, sb.st_size, deadline);
+        off = sb.st_size;
+    }
     while (rc == 0 && r->method != HTTP_M_HEAD && off < sb.st_size) {
         ssize_t k = sendfile_nosigpipe(c->fd, ffd, &off, (size_t)(sb.st_size - off));
         if (k > 0)
@@ -410,7 +455,7 @@ static int discard_body(conn *c, uint64_t n)
     int64_t deadline = weft_deadline_in(c->srv->o.io_timeout_ns);
     while (n > 0) {
         size_t want = n < c->in_cap ? (size_t)n : c->in_cap;
-        ssize_t k = weft_recv(c->fd, c->in, want, 0, deadline);
+        ssize_t k = conn_recv(c, c->in, want, deadline);
         if (k <= 0)
             return -1;
         n -= (uint64_t)k;
@@ -429,6 +474,15 @@ static void *conn_main(void *arg)
     int64_t head_deadline = 0;
     int lingering = 0;
     http_scan_reset(&sc);
+    if (s->o.transport) {
+        /* The handshake counts as the first request's head. */
+        c->tc = s->o.transport->open(s->o.transport->ctx, c->fd,
+                                     weft_deadline_in(s->o.header_timeout_ns));
+        if (!c->tc) {
+            c->fd = -1; /* closed by open */
+            goto out;
+        }
+    }
 
     for (;;) {
         /* Answer every complete request in the buffer. */
@@ -515,8 +569,7 @@ static void *conn_main(void *arg)
         c->idle = c->inlen == 0;
         int64_t deadline = c->idle ? weft_deadline_in(s->o.idle_timeout_ns)
                                    : head_deadline;
-        ssize_t n = weft_recv(c->fd, c->in + c->inlen, c->in_cap - c->inlen, 0,
-                              deadline);
+        ssize_t n = conn_recv(c, c->in + c->inlen, c->in_cap - c->inlen, deadline);
         if (n == -ETIMEDOUT && !c->idle) {
             s->st.timed_out++;
             put_error(c, 408);
@@ -535,7 +588,10 @@ out:
         lingering = 0;
     if (lingering && !weft_cancelled())
         linger_close(c);
-    weft_close(c->fd);
+    if (c->tc)
+        s->o.transport->close(c->tc);
+    else if (c->fd >= 0)
+        weft_close(c->fd);
     conn_unlink(c);
     if (c->in != c->small_in)
         free(c->in);
@@ -578,6 +634,7 @@ static void *accept_main(void *arg)
         }
         c->srv = s;
         c->fd = fd;
+        c->tc = NULL;
         c->idle = 0;
         c->inlen = c->outlen = 0;
         c->in = c->small_in;

@@ -20,6 +20,27 @@
 #include "http_parse.h"
 
 #include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * A transport other than plain TCP for the connections (HTTPS: see
+ * http_tls.h). With one, each connection's fiber first calls open, which
+ * takes over the socket (the handshake, bounded by the header timeout),
+ * and the connection's reads, writes, shutdown and close go through it;
+ * static files are copied through it instead of sendfile(2). Without one
+ * (NULL) the server uses the socket calls directly.
+ */
+typedef struct http_transport {
+    void *ctx;
+    /* Take over @fd: returns the connection, or NULL (fd closed). */
+    void *(*open)(void *ctx, int fd, int64_t deadline);
+    ssize_t (*recv)(void *conn, void *buf, size_t len, int64_t deadline);
+    ssize_t (*send)(void *conn, const void *buf, size_t len, int64_t deadline);
+    /* End our side of the stream (before a lingering close). */
+    void (*shutdown)(void *conn, int64_t deadline);
+    /* Close the connection and its socket. */
+    void (*close)(void *conn);
+} http_transport;
 
 typedef struct http_srv_opts {
     const char *root;          /* static files; NULL: only "/"            */
@@ -30,6 +51,7 @@ typedef struct http_srv_opts {
     int64_t drain_timeout_ns;  /* graceful stop: in-flight requests get this
                                   long before being cancelled; 0: 5 s      */
     http_limits limits;        /* all zero: http_default_limits           */
+    const http_transport *transport; /* NULL: plain TCP                   */
 } http_srv_opts;
 
 typedef struct http_srv_stats {
