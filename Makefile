@@ -199,6 +199,7 @@ install: lib
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	rm -f $(DESTDIR)$(PREFIX)/share/man/man3/weft.3 $(DESTDIR)$(PREFIX)/share/man/man3/weft_*.3
 	$(if $(DESTDIR),,$(if $(filter $(patsubst %/,%,$(PREFIX)),$(LDCONFIG_PREFIXES)),ldconfig))
 
 # TLS: libweft_tls, weft_tls.h and weft-tls.pc beside weft.pc.
@@ -216,6 +217,34 @@ install-tls: lib
 	ln -sf libweft_tls.so.0 $(DESTDIR)$(PREFIX)/lib/libweft_tls.so
 	install -m 644 include/weft_tls.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft-tls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft-tls.pc
+
+# ---- doc: the reference, from include/weft.h's comments alone: doxygen
+# (docs/Doxyfile) writes $(BUILD)/doc/html and XML, and scripts/mkman.py
+# turns the XML into man pages, one per function and type plus weft.3
+# ($(BUILD)/doc/man/man3). Needs doxygen and python3 (Debian packages of
+# the same names); without them make install skips the man pages, saying so.
+DOC := $(BUILD)/doc
+WEFT_VERSION := $(shell awk '/^\#define WEFT_VERSION_(MAJOR|MINOR|PATCH) / { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/weft.h)
+HAVE_DOC := $(shell command -v doxygen >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1 && echo 1)
+.PHONY: doc install-man
+doc: $(DOC)/man/man3/weft.3
+$(DOC)/man/man3/weft.3: include/weft.h docs/Doxyfile scripts/mkman.py
+	@command -v doxygen >/dev/null && command -v python3 >/dev/null || \
+	  { echo "weft: make doc needs doxygen and python3 (apt-get install doxygen python3)" >&2; exit 1; }
+	@rm -rf $(DOC)/html $(DOC)/xml $(DOC)/man && mkdir -p $(DOC)
+	WEFT_DOC_OUT=$(DOC) WEFT_DOC_VERSION=$(WEFT_VERSION) doxygen docs/Doxyfile
+	python3 scripts/mkman.py $(DOC)/xml include/weft.h $(DOC)/man/man3
+
+ifeq ($(HAVE_DOC),1)
+install: install-man
+install-man: doc
+	install -d $(DESTDIR)$(PREFIX)/share/man/man3
+	install -m 644 $(DOC)/man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+else
+install: install-man
+install-man:
+	@echo "weft: doxygen or python3 missing (apt-get install doxygen python3): man pages not installed"
+endif
 
 # ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a

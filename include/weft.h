@@ -1,9 +1,10 @@
-/*
- * weft.h — fiber scheduler: sequential-looking blocking I/O on thousands of
+/**
+ * @file weft.h
+ * fiber scheduler: sequential-looking blocking I/O on thousands of
  * cooperative fibers over one event loop per thread.
  *
  * Conventions used by every function in this header:
- *
+ * @code{.unparsed}
  *   Errors     Functions that can fail return a negative errno value
  *              (-EINVAL, -ETIMEDOUT, -ECANCELED, ...). They never set errno.
  *              Functions returning a byte count return it as a non-negative
@@ -30,6 +31,7 @@
  *   Cancel     Once a fiber is cancelled (weft_cancel()), the blocking call it
  *              is in, and every blocking call it makes afterwards, returns
  *              -ECANCELED.
+ * @endcode
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -52,6 +54,8 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Time                                                                     */
 /* ------------------------------------------------------------------------ */
+/** @defgroup time Time
+ *  @{ */
 
 /** No deadline: wait as long as it takes. */
 #define WEFT_FOREVER ((int64_t)-1)
@@ -64,31 +68,36 @@ extern "C" {
 #define WEFT_US ((int64_t)1000)
 
 /**
- * weft_now — current time of the monotonic clock in nanoseconds.
+ * current time of the monotonic clock in nanoseconds.
  *
  * The origin is unspecified (boot time on Linux); only differences and
- * comparisons with deadlines are meaningful. Never fails.
+ * comparisons with deadlines are meaningful. Never fails. Thread-safe.
  */
 int64_t weft_now(void);
 
 /**
- * weft_deadline_in — absolute deadline @ns nanoseconds from now.
+ * absolute deadline @p ns nanoseconds from now.
  *
- * Returns WEFT_FOREVER when @ns is negative, and saturates instead of
+ * @return WEFT_FOREVER when @p ns is negative, and saturates instead of
  * overflowing for huge values, so weft_deadline_in(INT64_MAX) is a deadline
- * that never comes.
+ * that never comes. Thread-safe.
  */
 int64_t weft_deadline_in(int64_t ns);
+
+/** @} */
 
 /* ------------------------------------------------------------------------ */
 /* Schedulers                                                               */
 /* ------------------------------------------------------------------------ */
+/** @defgroup sched Schedulers
+ *  @{ */
 
+/** A scheduler: one event loop and its fibers, owned by one thread. */
 typedef struct weft_sched weft_sched_t;
 
 /** Which event-notification backend a scheduler uses. */
 typedef enum weft_backend {
-    WEFT_BACKEND_DEFAULT = 0, /* WEFT_BACKEND env var, else the best one  */
+    WEFT_BACKEND_DEFAULT = 0, /**< WEFT_BACKEND env var, else the best one */
     WEFT_BACKEND_EPOLL = 1,
     WEFT_BACKEND_POLL = 2,
     WEFT_BACKEND_IO_URING = 3 /* falls back to epoll where io_uring is
@@ -97,20 +106,20 @@ typedef enum weft_backend {
 
 /** Options for weft_sched_create(); zero-initialise, then set fields. */
 typedef struct weft_sched_opts {
-    weft_backend_t backend;    /* WEFT_BACKEND_DEFAULT: see weft_sched_create */
-    size_t stack_size;         /* default fiber stack size; 0 = 64 KiB        */
-    size_t stack_cache;        /* free stacks kept for reuse; 0 = 1024        */
-    int no_overflow_handler;   /* 1: do not install the stack-overflow
+    weft_backend_t backend;    /**< WEFT_BACKEND_DEFAULT: see weft_sched_create */
+    size_t stack_size;         /**< default fiber stack size; 0 = 64 KiB       */
+    size_t stack_cache;        /**< free stacks kept for reuse; 0 = 1024       */
+    int no_overflow_handler;   /**< 1: do not install the stack-overflow
                                   reporter (SIGSEGV on an alternate stack)  */
 } weft_sched_opts_t;
 
 /**
- * weft_sched_create — create the calling thread's scheduler.
+ * create the calling thread's scheduler.
  *
- * @out:  receives the scheduler.
- * @opts: options, or NULL for defaults.
+ * @param out receives the scheduler.
+ * @param opts options, or NULL for defaults.
  *
- * The backend is @opts->backend, or, when that is WEFT_BACKEND_DEFAULT, the
+ * The backend is @p opts->backend, or, when that is WEFT_BACKEND_DEFAULT, the
  * one named by the environment variable WEFT_BACKEND ("io_uring", "epoll"
  * or "poll"), else io_uring. When io_uring cannot be used (io_uring_setup
  * denied by a seccomp filter or container with EPERM/ENOSYS, a kernel
@@ -128,30 +137,30 @@ typedef struct weft_sched_opts {
  * fiber stack overflow with a clear message before the process dies with
  * SIGSEGV as it would have anyway.
  *
- * Returns 0, -EEXIST if this thread already has a scheduler, -EINVAL for bad
+ * @return 0, -EEXIST if this thread already has a scheduler, -EINVAL for bad
  * options or an unknown WEFT_BACKEND value, -ENOMEM, or the error of the
  * backend's setup.
  */
 int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts);
 
 /**
- * weft_sched_self — the calling thread's scheduler, created with default
- * options on first use. Returns NULL only if creation failed.
+ * the calling thread's scheduler, created with default
+ * options on first use. @return NULL only if creation failed.
  */
 weft_sched_t *weft_sched_self(void);
 
 /**
- * weft_sched_run — run fibers until none remain.
+ * run fibers until none remain.
  *
  * Dispatches runnable fibers and waits for I/O, timers and cross-thread
  * posts. Must be called on the scheduler's thread, outside any fiber.
- * Returns 0 when the last fiber has finished, -EINVAL for NULL, -EPERM from
+ * @return 0 when the last fiber has finished, -EINVAL for NULL, -EPERM from
  * a fiber or another thread, -EBUSY if the scheduler is already running.
  */
 int weft_sched_run(weft_sched_t *s);
 
 /**
- * weft_sched_destroy — free a scheduler and everything it owns.
+ * free a scheduler and everything it owns.
  *
  * Fails with -EBUSY while fibers are alive or the scheduler is running, and
  * with -EPERM from another thread. Callbacks posted but never run are
@@ -160,44 +169,48 @@ int weft_sched_run(weft_sched_t *s);
 int weft_sched_destroy(weft_sched_t *s);
 
 /**
- * weft_sched_backend — name of the scheduler's backend: "io_uring",
+ * name of the scheduler's backend: "io_uring",
  * "epoll" or "poll".
  */
 const char *weft_sched_backend(const weft_sched_t *s);
 
 /**
- * weft_sched_post — run @fn(@arg) on @s's thread, from any thread.
+ * run @p fn(@p arg) on @p s's thread, from any thread.
  *
  * Thread-safe. The callback runs on the scheduler's own stack (not inside a
  * fiber) during its next loop iteration; it may spawn fibers and unpark
  * them but must not block. A sleeping loop is woken at once (eventfd).
- * Returns 0, -EINVAL for NULL arguments, -ENOMEM.
+ * @return 0, -EINVAL for NULL arguments, -ENOMEM.
  */
 int weft_sched_post(weft_sched_t *s, void (*fn)(void *arg), void *arg);
 
 /** Counters used by tests and tools to check that nothing is left behind. */
 typedef struct weft_stats {
-    size_t fibers;        /* fibers alive (not finished)                     */
-    size_t handles;       /* handles not yet joined or detached              */
-    size_t timers;        /* armed timers                                    */
-    size_t waits;         /* blocked waits of any kind                       */
-    size_t fd_waits;      /* waits on file descriptors                       */
-    size_t posted;        /* cross-thread callbacks not yet run              */
-    size_t stacks_cached; /* free stacks kept for reuse                      */
-    size_t stacks_unguarded; /* stacks created without a guard page          */
-    size_t ops;           /* io_uring operations still owned by the kernel   */
-    uint64_t switches;    /* context switches so far                         */
-    uint64_t spawned;     /* fibers spawned so far                           */
+    size_t fibers;        /**< fibers alive (not finished)                    */
+    size_t handles;       /**< handles not yet joined or detached             */
+    size_t timers;        /**< armed timers                                   */
+    size_t waits;         /**< blocked waits of any kind                      */
+    size_t fd_waits;      /**< waits on file descriptors                      */
+    size_t posted;        /**< cross-thread callbacks not yet run             */
+    size_t stacks_cached; /**< free stacks kept for reuse                     */
+    size_t stacks_unguarded; /**< stacks created without a guard page         */
+    size_t ops;           /**< io_uring operations still owned by the kernel  */
+    uint64_t switches;    /**< context switches so far                        */
+    uint64_t spawned;     /**< fibers spawned so far                          */
 } weft_stats_t;
 
 /**
- * weft_sched_stats — fill @st with @s's counters. Returns 0 or -EINVAL.
+ * fill @p st with @p s's counters. @return 0 or -EINVAL.
  */
 int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st);
+
+/** @} */
 
 /* ------------------------------------------------------------------------ */
 /* Fibers                                                                   */
 /* ------------------------------------------------------------------------ */
+/** @defgroup fiber Fibers
+ *  @{ */
 
 /**
  * A fiber handle: a generation-checked id, not a pointer, so a stale handle
@@ -213,17 +226,17 @@ typedef void *(*weft_fn_t)(void *arg);
 
 /** Options for weft_spawn(); zero-initialise, then set fields. */
 typedef struct weft_spawn_opts {
-    size_t stack_size; /* usable stack bytes; 0 = scheduler default.
+    size_t stack_size; /**< usable stack bytes; 0 = scheduler default.
                           Rounded up to pages; 16 KiB .. 1 GiB.            */
 } weft_spawn_opts_t;
 
 /**
- * weft_spawn — start a fiber running @fn(@arg) on this thread's scheduler.
+ * start a fiber running @p fn(@p arg) on this thread's scheduler.
  *
  * The fiber is queued to run; the caller continues. The stack is mmap'd,
  * committed lazily and ends in a guard page.
  *
- * @out: if non-NULL, receives a handle the caller must later pass to
+ * @param out if non-NULL, receives a handle the caller must later pass to
  *       weft_join() or weft_detach(). If NULL, the fiber is detached: it is
  *       freed as soon as it returns.
  *
@@ -231,158 +244,156 @@ typedef struct weft_spawn_opts {
  * use, see weft_sched_self()), and runs when that thread runs it; to start
  * work on another thread's loop, use weft_sched_post(). Callable from a
  * fiber or from the thread outside fibers (before or between
- * weft_sched_run() calls). Returns 0, -EINVAL (NULL @fn, bad stack size),
+ * weft_sched_run() calls). @return 0, -EINVAL (NULL @p fn, bad stack size),
  * -ENOMEM.
  */
 int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
                weft_fiber_t *out);
 
 /**
- * weft_self — handle of the calling fiber; the zero handle outside fibers.
+ * handle of the calling fiber; the zero handle outside fibers.
  */
 weft_fiber_t weft_self(void);
 
 /**
- * weft_in_fiber — 1 if the caller runs in a weft fiber, else 0.
+ * 1 if the caller runs in a weft fiber, else 0.
  */
 int weft_in_fiber(void);
 
 /**
- * weft_yield — let every other runnable fiber run once, then continue.
+ * let every other runnable fiber run once, then continue.
  *
  * Also gives the event loop a chance to poll for I/O and timers when fibers
- * keep each other busy. Returns 0, -ECANCELED if the fiber was cancelled,
+ * keep each other busy. @return 0, -ECANCELED if the fiber was cancelled,
  * -ETIMEDOUT inside a timeout scope whose deadline has passed, -EPERM
  * outside a fiber.
  */
 int weft_yield(void);
 
 /**
- * weft_sleep_until — block the fiber until @deadline.
+ * block the fiber until @p deadline.
  *
- * Returns 0 once the deadline has passed (at once for a past deadline),
+ * @return 0 once the deadline has passed (at once for a past deadline),
  * -ECANCELED, -EINVAL for a deadline below -1, -EPERM outside a fiber.
  * With WEFT_FOREVER it sleeps until cancelled.
  */
 int weft_sleep_until(int64_t deadline);
 
 /**
- * weft_sleep — block the fiber for @ns nanoseconds (>= 0).
- * Same returns as weft_sleep_until(); -EINVAL for a negative @ns.
+ * block the fiber for @p ns nanoseconds (>= 0).
+ * @return as weft_sleep_until(); -EINVAL for a negative @p ns.
  */
 int weft_sleep(int64_t ns);
 
 /**
- * weft_join — wait for fiber @f to finish and collect its result.
+ * wait for fiber @p f to finish and collect its result.
  *
- * @result: if non-NULL, receives the value the fiber's function returned.
+ * @param result if non-NULL, receives the value the fiber's function returned.
  *
- * On success the handle is consumed. Returns 0; -ETIMEDOUT when @deadline
- * passes first (the handle stays valid); -ECANCELED; -EDEADLK when @f is
+ * On success the handle is consumed. @return 0; -ETIMEDOUT when @p deadline
+ * passes first (the handle stays valid); -ECANCELED; -EDEADLK when @p f is
  * the caller; -ESRCH for a handle that is unknown or already joined (or
- * whose detached fiber has finished); -EINVAL if @f is detached or another
+ * whose detached fiber has finished); -EINVAL if @p f is detached or another
  * fiber is already joining it; -EPERM outside a fiber.
  */
 int weft_join(weft_fiber_t f, void **result, int64_t deadline);
 
 /**
- * weft_detach — give up the handle: the fiber is freed when it finishes
+ * give up the handle: the fiber is freed when it finishes
  * (at once if it already has). A detached fiber can still be cancelled and
  * unparked through its handle (as weft_self() gives it) while it lives.
- * Returns 0, -ESRCH for a stale handle, -EINVAL if already detached or
+ * @return 0, -ESRCH for a stale handle, -EINVAL if already detached or
  * another fiber is joining it.
  */
 int weft_detach(weft_fiber_t f);
 
 /**
- * weft_cancel — cancel fiber @f.
+ * cancel fiber @p f.
  *
- * The blocking call @f is in returns -ECANCELED as soon as @f runs again,
- * and so does every later blocking call it makes; it is up to @f to return.
+ * The blocking call @p f is in returns -ECANCELED as soon as @p f runs again,
+ * and so does every later blocking call it makes; it is up to @p f to return.
  * Cancelling a finished (not yet joined) fiber does nothing. A fiber may
- * cancel itself. Returns 0 or -ESRCH for a stale handle.
+ * cancel itself. @return 0 or -ESRCH for a stale handle.
  */
 int weft_cancel(weft_fiber_t f);
 
 /**
- * weft_cancelled — 1 if the calling fiber has been cancelled, else 0.
+ * 1 if the calling fiber has been cancelled, else 0.
  */
 int weft_cancelled(void);
 
 /**
- * weft_park — block the calling fiber until weft_unpark(), a deadline, or
+ * block the calling fiber until weft_unpark(), a deadline, or
  * cancellation.
  *
  * A permit model: weft_unpark() on a fiber that is not parked leaves a
  * permit that makes its next weft_park() return 0 at once. Callers must
  * re-check the condition they wait for (wake-ups may come from earlier
- * unparks). Returns 0 when unparked, -ETIMEDOUT, -ECANCELED, -EPERM outside
+ * unparks). @return 0 when unparked, -ETIMEDOUT, -ECANCELED, -EPERM outside
  * a fiber, -EINVAL for a bad deadline.
  */
 int weft_park(int64_t deadline);
 
 /**
- * weft_unpark — wake fiber @f from weft_park(), or give it a permit.
+ * wake fiber @p f from weft_park(), or give it a permit.
  *
- * @s: the scheduler that owns @f, or NULL for the calling thread's.
+ * @param s the scheduler that owns @p f, or NULL for the calling thread's.
  *
- * Thread-safe: from another thread (with @s given) the wake-up is posted
- * to the owner's loop, which is woken at once. Returns 0, -ESRCH for a
+ * Thread-safe: from another thread (with @p s given) the wake-up is posted
+ * to the owner's loop, which is woken at once. @return 0, -ESRCH for a
  * stale handle (checked on the owner's thread when posted: a finished fiber
  * is ignored), -ENOMEM.
  */
 int weft_unpark(weft_sched_t *s, weft_fiber_t f);
 
 /**
- * weft_run — run @fn(@arg) as a fiber on this thread's scheduler, together
+ * run @p fn(@p arg) as a fiber on this thread's scheduler, together
  * with whatever else is or becomes runnable, until no fibers remain.
  *
- * @result: if non-NULL, receives @fn's return value.
- * Returns 0 or any error of weft_spawn()/weft_sched_run().
+ * @param result if non-NULL, receives @p fn's return value.
+ * @return 0 or any error of weft_spawn()/weft_sched_run().
  */
 int weft_run(weft_fn_t fn, void *arg, void **result);
 
 /* Fiber-local storage ---------------------------------------------------- */
+/** @defgroup fls Fiber-local storage
+ *  @{ */
 
+/** A fiber-local storage key (weft_fls_key_create()). */
 typedef unsigned weft_fls_key_t;
 
 /** Maximum number of fiber-local keys a process may create. */
 #define WEFT_FLS_MAX 64
 
 /**
- * weft_fls_key_create — create a fiber-local storage key.
+ * create a fiber-local storage key.
  *
- * @destructor: if non-NULL, called with the value when a fiber that set a
+ * @param destructor if non-NULL, called with the value when a fiber that set a
  * non-NULL value for the key finishes (on that fiber, before join returns).
- * Thread-safe. Returns 0, -EINVAL for NULL @key, -EAGAIN when
+ * Thread-safe. @return 0, -EINVAL for NULL @p key, -EAGAIN when
  * WEFT_FLS_MAX keys exist.
  */
 int weft_fls_key_create(weft_fls_key_t *key, void (*destructor)(void *));
 
 /**
- * weft_fls_set — set the calling fiber's value for @key.
- * Returns 0, -EINVAL for an unknown key, -EPERM outside a fiber, -ENOMEM.
+ * set the calling fiber's value for @p key.
+ * @return 0, -EINVAL for an unknown key, -EPERM outside a fiber, -ENOMEM.
  */
 int weft_fls_set(weft_fls_key_t key, void *value);
 
 /**
- * weft_fls_get — the calling fiber's value for @key; NULL if unset, for an
+ * the calling fiber's value for @p key; NULL if unset, for an
  * unknown key or outside a fiber.
  */
 void *weft_fls_get(weft_fls_key_t key);
 
+/** @} */
+/** @} */
+
 /* ------------------------------------------------------------------------ */
 /* Fiber-blocking I/O                                                       */
 /* ------------------------------------------------------------------------ */
-
-/* Readiness events; the same bits as poll(2)'s POLLIN/POLLPRI/POLLOUT/... */
-#define WEFT_READABLE 0x001
-#define WEFT_PRIORITY 0x002
-#define WEFT_WRITABLE 0x004
-#define WEFT_ERROR    0x008 /* reported only */
-#define WEFT_HANGUP   0x010 /* reported only */
-
-/*
+/** @defgroup io Fiber-blocking I/O
  * The file descriptors given to these calls are used in non-blocking mode:
  * sockets through MSG_DONTWAIT, other descriptors get O_NONBLOCK set the
  * first time weft sees them. Close descriptors weft has waited on with
@@ -391,99 +402,107 @@ void *weft_fls_get(weft_fls_key_t key);
  *
  * Each call first tries the system call and waits only when it would
  * block. EINTR is retried. Writes never raise SIGPIPE: they return -EPIPE.
+ * @{
  */
 
+/* Readiness events; the same bits as poll(2)'s POLLIN/POLLPRI/POLLOUT/... */
+#define WEFT_READABLE 0x001 /**< readable (POLLIN) */
+#define WEFT_PRIORITY 0x002 /**< priority data (POLLPRI) */
+#define WEFT_WRITABLE 0x004 /**< writable (POLLOUT) */
+#define WEFT_ERROR    0x008 /**< error (POLLERR); reported only */
+#define WEFT_HANGUP   0x010 /**< hang-up (POLLHUP); reported only */
+
 /**
- * weft_wait_fd — wait until @fd is ready for @events.
+ * wait until @p fd is ready for @p events.
  *
- * @events: a non-empty mask of WEFT_READABLE, WEFT_PRIORITY, WEFT_WRITABLE.
+ * @param events a non-empty mask of WEFT_READABLE, WEFT_PRIORITY, WEFT_WRITABLE.
  *
- * Returns the ready events (a positive mask, which may include WEFT_ERROR
- * and WEFT_HANGUP) — at once if @fd is ready now — or -ETIMEDOUT,
- * -ECANCELED, -EBADF (bad @fd, or @fd closed with weft_close() while
+ * @return the ready events (a positive mask, which may include WEFT_ERROR
+ * and WEFT_HANGUP) — at once if @p fd is ready now — or -ETIMEDOUT,
+ * -ECANCELED, -EBADF (bad @p fd, or @p fd closed with weft_close() while
  * waiting), -EINVAL, -EPERM outside a fiber.
  */
 int weft_wait_fd(int fd, int events, int64_t deadline);
 
 /**
- * weft_read — read up to @len bytes from @fd into @buf, like read(2).
+ * read up to @p len bytes from @p fd into @p buf, like read(2).
  *
- * Returns the number of bytes read (short reads happen; 0 is end of file),
+ * @return the number of bytes read (short reads happen; 0 is end of file),
  * or -ETIMEDOUT, -ECANCELED, -EBADF, -ECONNRESET, any other read(2) error,
- * -EINVAL for a NULL buffer with non-zero length. @len 0 returns 0 at once.
+ * -EINVAL for a NULL buffer with non-zero length. @p len 0 returns 0 at once.
  */
 ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline);
 
 /**
- * weft_write — write up to @len bytes, like write(2): returns as soon as
- * some bytes are committed, so the count may be short. Returns the count,
+ * write up to @p len bytes, like write(2): returns as soon as
+ * some bytes are committed, so the count may be short. @return the count,
  * or -EPIPE, -ETIMEDOUT, -ECANCELED, -EBADF, other write(2) errors.
  * See weft_write_all() for writing everything.
  */
 ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline);
 
 /**
- * weft_write_all — write all @len bytes, waiting as often as needed.
+ * write all @p len bytes, waiting as often as needed.
  *
- * @written: if non-NULL, receives the number of bytes committed, also on
+ * @param written if non-NULL, receives the number of bytes committed, also on
  * failure, so that a caller can resume without losing or resending data.
- * Returns 0 when everything was written, else a negative errno.
+ * @return 0 when everything was written, else a negative errno.
  */
 int weft_write_all(int fd, const void *buf, size_t len, size_t *written,
                    int64_t deadline);
 
 /**
- * weft_read_full — read exactly @len bytes unless end of file comes first.
+ * read exactly @p len bytes unless end of file comes first.
  *
- * @got: if non-NULL, receives the number of bytes read, also on failure.
- * Returns 0 when @len bytes were read, 1 if end of file came first (then
- * *@got < @len), or a negative errno as weft_read().
+ * @param got if non-NULL, receives the number of bytes read, also on failure.
+ * @return 0 when @p len bytes were read, 1 if end of file came first (then
+ * *@p got < @p len), or a negative errno as weft_read().
  */
 int weft_read_full(int fd, void *buf, size_t len, size_t *got,
                    int64_t deadline);
 
 /**
- * weft_pread — read up to @len bytes at offset @off, like pread(2); the
+ * read up to @p len bytes at offset @p off, like pread(2); the
  * file position is not used or changed. On io_uring this is an
  * asynchronous ring operation (the loop keeps running while the disk
- * works); on epoll/poll it is pread(2). Returns the count (0 at end of
+ * works); on epoll/poll it is pread(2). @return the count (0 at end of
  * file) or -errno; -EINVAL for a negative offset, -ESPIPE for pipes and
  * sockets.
  */
 ssize_t weft_pread(int fd, void *buf, size_t len, off_t off, int64_t deadline);
 
-/** weft_pwrite — write at offset @off, like pwrite(2); see weft_pread(). */
+/** write at offset @p off, like pwrite(2); see weft_pread(). */
 ssize_t weft_pwrite(int fd, const void *buf, size_t len, off_t off,
                     int64_t deadline);
 
-/** weft_readv — scatter read, like readv(2); returns as weft_read(). */
+/** scatter read, like readv(2); returns as weft_read(). */
 ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt,
                    int64_t deadline);
 
-/** weft_writev — gather write, like writev(2); returns as weft_write(). */
+/** gather write, like writev(2); returns as weft_write(). */
 ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt,
                     int64_t deadline);
 
 /**
- * weft_recv — receive from socket @fd, like recv(2) with @flags
- * (MSG_DONTWAIT is added). Returns as weft_read(); -ENOTSOCK for a
+ * receive from socket @p fd, like recv(2) with @p flags
+ * (MSG_DONTWAIT is added). @return as weft_read(); -ENOTSOCK for a
  * descriptor that is not a socket.
  */
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline);
 
 /**
- * weft_send — send on socket @fd, like send(2) with @flags (MSG_DONTWAIT
- * and MSG_NOSIGNAL are added). Returns as weft_write(); -ENOTSOCK for a
+ * send on socket @p fd, like send(2) with @p flags (MSG_DONTWAIT
+ * and MSG_NOSIGNAL are added). @return as weft_write(); -ENOTSOCK for a
  * descriptor that is not a socket.
  */
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags,
                   int64_t deadline);
 
 /**
- * weft_accept — accept a connection on listening socket @fd.
+ * accept a connection on listening socket @p fd.
  *
- * @addr, @addrlen: as accept(2); may be NULL.
- * Returns the new descriptor (non-blocking, close-on-exec), or -ETIMEDOUT,
+ * @param addr,addrlen as accept(2); may be NULL.
+ * @return the new descriptor (non-blocking, close-on-exec), or -ETIMEDOUT,
  * -ECANCELED, -EBADF, -EMFILE/-ENFILE when out of descriptors (the pending
  * connection stays queued; back off before retrying), other accept(2)
  * errors. Aborted connections (ECONNABORTED) are skipped.
@@ -492,24 +511,24 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
                 int64_t deadline);
 
 /**
- * weft_connect — connect socket @fd to @addr, waiting for the handshake.
- * Returns 0, -ECONNREFUSED, -ETIMEDOUT (the socket is then unusable: close
- * it), -ECANCELED, other connect(2) errors, -EINVAL for NULL @addr.
+ * connect socket @p fd to @p addr, waiting for the handshake.
+ * @return 0, -ECONNREFUSED, -ETIMEDOUT (the socket is then unusable: close
+ * it), -ECANCELED, other connect(2) errors, -EINVAL for NULL @p addr.
  */
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
                  int64_t deadline);
 
 /**
- * weft_shutdown — shutdown(2) on @fd. Never waits for a peer; in a fiber,
- * write-behind bytes (weft_write_behind()) go out first unless @how is
- * SHUT_RD, which waits at most until their deadline. Returns 0 or -errno.
+ * shutdown(2) on @p fd. Never waits for a peer; in a fiber,
+ * write-behind bytes (weft_write_behind()) go out first unless @p how is
+ * SHUT_RD, which waits at most until their deadline. @return 0 or -errno.
  */
 int weft_shutdown(int fd, int how);
 
 /**
- * weft_write_behind — let small sends on stream socket @fd return before
- * the kernel has taken the bytes (@on 1), or stop that for new sends
- * (@on 0).
+ * let small sends on stream socket @p fd return before
+ * the kernel has taken the bytes (@p on 1), or stop that for new sends
+ * (@p on 0).
  *
  * On io_uring a fiber's send of up to ~3.7 KiB with no flags (weft_send,
  * weft_write, weft_writev) is copied into a buffer the scheduler owns,
@@ -520,35 +539,35 @@ int weft_shutdown(int fd, int how);
  * weft_flush(), weft_shutdown() and weft_close() first wait until the
  * buffer has gone out. The buffer carries the deadline of the latest call
  * that added to it. If that deadline passes or the send fails, the bytes
- * not yet sent are dropped and every later write on @fd returns that error
+ * not yet sent are dropped and every later write on @p fd returns that error
  * (-ETIMEDOUT, -EPIPE, -ECONNRESET...) until it is closed, the way a
  * socket error persists. weft_sched_run() returns only when every buffer
  * has gone out or failed.
  *
- * Do not write to @fd by other means (write(2), sendfile(2), splice(2))
+ * Do not write to @p fd by other means (write(2), sendfile(2), splice(2))
  * without weft_flush() first: those would overtake the buffered bytes.
  * On the epoll and poll backends a send already returns once the kernel
  * has the bytes; there the call succeeds and changes nothing. The setting
- * ends when @fd is closed or forgotten (weft_close, weft_fd_forget).
+ * ends when @p fd is closed or forgotten (weft_close, weft_fd_forget).
  *
- * Returns 0; -EBADF for a bad descriptor; -ENOTSOCK; -EINVAL for a socket
- * that is not SOCK_STREAM or @on other than 0 or 1; -EPERM with no
+ * @return 0; -EBADF for a bad descriptor; -ENOTSOCK; -EINVAL for a socket
+ * that is not SOCK_STREAM or @p on other than 0 or 1; -EPERM with no
  * scheduler on this thread; -ENOMEM.
  */
 int weft_write_behind(int fd, int on);
 
 /**
- * weft_flush — wait until no write-behind bytes (weft_write_behind()) of
- * @fd are left in the scheduler's hands, i.e. all were passed to the
- * kernel, as a blocking send would have. Returns 0 (also when write-behind
+ * wait until no write-behind bytes (weft_write_behind()) of
+ * @p fd are left in the scheduler's hands, i.e. all were passed to the
+ * kernel, as a blocking send would have. @return 0 (also when write-behind
  * was never on), the descriptor's write-behind error, -ETIMEDOUT when
- * @deadline passes first (the bytes stay queued under their own deadline),
+ * @p deadline passes first (the bytes stay queued under their own deadline),
  * -ECANCELED, -EBADF, -EPERM outside a fiber.
  */
 int weft_flush(int fd, int64_t deadline);
 
 /**
- * weft_close — close @fd, first waking every fiber waiting on it with
+ * close @p fd, first waking every fiber waiting on it with
  * -EBADF (and cancelling its in-flight io_uring operations) and dropping
  * its registration, so a reused descriptor number never receives the old
  * waits' events. In a fiber on io_uring the close is a ring operation
@@ -557,56 +576,59 @@ int weft_flush(int fd, int64_t deadline);
  * bytes (weft_write_behind()) are let out first when called from a fiber
  * that is not cancelled — at most until their deadline, as a blocking send
  * would have waited; from outside a fiber, or once cancelled, they are
- * dropped. Returns 0 or -errno (-EBADF for a descriptor that is not open).
+ * dropped. @return 0 or -errno (-EBADF for a descriptor that is not open).
  */
 int weft_close(int fd);
 
 /**
- * weft_fd_forget — drop weft's state for @fd (waking its waiters with
+ * drop weft's state for @p fd (waking its waiters with
  * -EBADF) without closing it; call it before closing a descriptor by other
- * means. Returns 0, -EBADF for a negative @fd.
+ * means. @return 0, -EBADF for a negative @p fd.
  */
 int weft_fd_forget(int fd);
 
 /**
- * weft_socket — socket(2) with SOCK_NONBLOCK | SOCK_CLOEXEC added.
- * Returns the descriptor or -errno.
+ * socket(2) with SOCK_NONBLOCK | SOCK_CLOEXEC added.
+ * @return the descriptor or -errno.
  */
 int weft_socket(int domain, int type, int protocol);
 
 /**
- * weft_pipe — pipe2(2) with O_NONBLOCK | O_CLOEXEC. Returns 0 or -errno.
+ * pipe2(2) with O_NONBLOCK | O_CLOEXEC. @return 0 or -errno.
  */
 int weft_pipe(int fds[2]);
 
 /**
- * weft_tcp_listen — a listening TCP socket on numeric address @host
- * ("127.0.0.1", "::1"; NULL or "" = all IPv4 addresses) and @port (0 picks
- * a free port; see weft_local_port()), with SO_REUSEADDR and, if @reuseport,
- * SO_REUSEPORT. @backlog <= 0 means SOMAXCONN. Returns the descriptor or
+ * a listening TCP socket on numeric address @p host
+ * ("127.0.0.1", "::1"; NULL or "" = all IPv4 addresses) and @p port (0 picks
+ * a free port; see weft_local_port()), with SO_REUSEADDR and, if @p reuseport,
+ * SO_REUSEPORT. @p backlog <= 0 means SOMAXCONN. @return the descriptor or
  * -errno (-EINVAL for a bad address or port).
  */
 int weft_tcp_listen(const char *host, int port, int backlog, int reuseport);
 
 /**
- * weft_tcp_connect — connect to numeric @host and @port with TCP_NODELAY
- * set. Returns the connected descriptor or -errno (as weft_connect()).
+ * connect to numeric @p host and @p port with TCP_NODELAY
+ * set. @return the connected descriptor or -errno (as weft_connect()).
  */
 int weft_tcp_connect(const char *host, int port, int64_t deadline);
 
 /**
- * weft_local_port — the local port @fd is bound to, or -errno.
+ * the local port @p fd is bound to, or -errno.
  */
 int weft_local_port(int fd);
+
+/** @} */
 
 /* ------------------------------------------------------------------------ */
 /* Sync primitives                                                          */
 /* ------------------------------------------------------------------------ */
-/*
+/** @defgroup sync Sync primitives
  * Mutex, condition variable, notification, semaphore, task limiter, wait
  * group and channel. All are fiber-aware: blocking parks the calling fiber,
  * never the thread. Rules common to all of them:
  *
+ * @code{.unparsed}
  *   Thread     An object belongs to the scheduler thread whose fibers use
  *              it. Only weft_notification_set() and weft_notification_is_set()
  *              may be called from other threads.
@@ -625,85 +647,99 @@ int weft_local_port(int fd);
  *              may be freed. The exceptions (-EBUSY) are listed per call.
  *   Scopes     Inside a timeout scope (weft_scope_run()) every wait is
  *              also bounded by the scope's deadline.
+ * @endcode
+ * @{
  */
 
-/* Intrusive FIFO of waiting fibers. Internal: never touch its fields. */
+/** Intrusive FIFO of waiting fibers. Internal: never touch its fields. */
 typedef struct weft_waitq {
     void *head, *tail;
 } weft_waitq_t;
 #define WEFT_WAITQ_INIT { NULL, NULL }
 
 /* Mutex ------------------------------------------------------------------- */
+/** @defgroup mutex Mutex
+ *  @{ */
 
 /** A fiber mutex, not recursive. Initialise with WEFT_MUTEX_INIT or
  *  weft_mutex_init(). */
 typedef struct weft_mutex {
-    void *owner;         /* the owning fiber, NULL when unlocked */
+    void *owner;         /**< the owning fiber, NULL when unlocked */
     weft_waitq_t q;
 } weft_mutex_t;
 #define WEFT_MUTEX_INIT { NULL, WEFT_WAITQ_INIT }
 
-/** weft_mutex_init — initialise @m unlocked. Returns 0 or -EINVAL. */
+/** initialise @p m unlocked. @return 0 or -EINVAL. */
 int weft_mutex_init(weft_mutex_t *m);
 
 /**
- * weft_mutex_lock — lock @m, waiting until @deadline if another fiber
+ * lock @p m, waiting until @p deadline if another fiber
  * holds it. Ownership passes from the unlocking fiber straight to the
- * longest-waiting fiber (FIFO hand-off). Returns 0, -ETIMEDOUT,
- * -ECANCELED, -EDEADLK if the caller already holds @m, -EIDRM if @m was
+ * longest-waiting fiber (FIFO hand-off). @return 0, -ETIMEDOUT,
+ * -ECANCELED, -EDEADLK if the caller already holds @p m, -EIDRM if @p m was
  * destroyed while waiting, -EPERM outside a fiber, -EINVAL.
  */
 int weft_mutex_lock(weft_mutex_t *m, int64_t deadline);
 
-/** weft_mutex_trylock — lock @m if free. Returns 0, -EBUSY, -EDEADLK,
+/** lock @p m if free. @return 0, -EBUSY, -EDEADLK,
  *  -EPERM outside a fiber, -EINVAL. Never blocks. */
 int weft_mutex_trylock(weft_mutex_t *m);
 
 /**
- * weft_mutex_unlock — unlock @m, handing it to the first waiter if any
- * (that fiber becomes runnable; the caller keeps running). Returns 0,
- * -EPERM if the calling fiber does not hold @m, -EINVAL.
+ * unlock @p m, handing it to the first waiter if any
+ * (that fiber becomes runnable; the caller keeps running). @return 0,
+ * -EPERM if the calling fiber does not hold @p m, -EINVAL.
  */
 int weft_mutex_unlock(weft_mutex_t *m);
 
 /**
- * weft_mutex_destroy — wake every waiter with -EIDRM and reset @m to
- * unlocked. Returns 0, or -EBUSY (nothing done) while @m is held by a
+ * wake every waiter with -EIDRM and reset @p m to
+ * unlocked. @return 0, or -EBUSY (nothing done) while @p m is held by a
  * fiber other than the caller.
  */
 int weft_mutex_destroy(weft_mutex_t *m);
 
-/* Condition variable ------------------------------------------------------ */
+/** @} */
 
+/* Condition variable ------------------------------------------------------ */
+/** @defgroup cond Condition variable
+ *  @{ */
+
+/** A fiber condition variable. Initialise with WEFT_COND_INIT or
+ *  weft_cond_init(). */
 typedef struct weft_cond {
     weft_waitq_t q;
 } weft_cond_t;
 #define WEFT_COND_INIT { WEFT_WAITQ_INIT }
 
-/** weft_cond_init — initialise @c. Returns 0 or -EINVAL. */
+/** initialise @p c. @return 0 or -EINVAL. */
 int weft_cond_init(weft_cond_t *c);
 
 /**
- * weft_cond_wait — atomically unlock @m (which the caller must hold) and
- * wait on @c until signalled, then lock @m again before returning — on
+ * atomically unlock @p m (which the caller must hold) and
+ * wait on @p c until signalled, then lock @p m again before returning — on
  * every return path, also timeout, cancellation and -EIDRM, as with
  * pthread_cond_wait(). Wake-ups are FIFO; no spurious wake-ups, but the
  * caller should still re-check its predicate (another fiber may have run
- * first). Returns 0 when signalled, -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM
- * if the caller does not hold @m or is not a fiber, -EINVAL.
+ * first). @return 0 when signalled, -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM
+ * if the caller does not hold @p m or is not a fiber, -EINVAL.
  */
 int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline);
 
-/** weft_cond_signal — wake the first waiter, if any. Returns 0 or -EINVAL. */
+/** wake the first waiter, if any. @return 0 or -EINVAL. */
 int weft_cond_signal(weft_cond_t *c);
 
-/** weft_cond_broadcast — wake every waiter. Returns 0 or -EINVAL. */
+/** wake every waiter. @return 0 or -EINVAL. */
 int weft_cond_broadcast(weft_cond_t *c);
 
-/** weft_cond_destroy — wake every waiter with -EIDRM. Returns 0, -EINVAL. */
+/** wake every waiter with -EIDRM. @return 0, -EINVAL. */
 int weft_cond_destroy(weft_cond_t *c);
 
+/** @} */
+
 /* Notification ------------------------------------------------------------ */
+/** @defgroup notification Notification
+ *  @{ */
 
 /**
  * A one-shot event: once set it stays set and every wait returns at once.
@@ -712,149 +748,169 @@ int weft_cond_destroy(weft_cond_t *c);
  * same scheduler.
  */
 typedef struct weft_notification {
-    int state;            /* accessed atomically                            */
-    void *sched;          /* scheduler of the waiters                       */
+    int state;            /**< accessed atomically                           */
+    void *sched;          /**< scheduler of the waiters                      */
     weft_waitq_t q;
-    void *post_[4];       /* storage for the cross-thread wake-up           */
+    void *post_[4];       /**< storage for the cross-thread wake-up          */
 } weft_notification_t;
 #define WEFT_NOTIFICATION_INIT { 0, NULL, WEFT_WAITQ_INIT, { NULL } }
 
-/** weft_notification_init — initialise @n unset. Returns 0 or -EINVAL. */
+/** initialise @p n unset. @return 0 or -EINVAL. */
 int weft_notification_init(weft_notification_t *n);
 
 /**
- * weft_notification_wait — wait until @n is set. Returns 0 (at once if it
+ * wait until @p n is set. @return 0 (at once if it
  * is already set), -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber
- * or when @n already has waiters on another scheduler, -EINVAL.
+ * or when @p n already has waiters on another scheduler, -EINVAL.
  */
 int weft_notification_wait(weft_notification_t *n, int64_t deadline);
 
 /**
- * weft_notification_set — set @n and wake every waiter. Thread-safe: from
+ * set @p n and wake every waiter. Thread-safe: from
  * a thread other than the waiters' the wake-up is posted to their loop
- * (no allocation). Returns 0, -EALREADY if @n was already set, -EINVAL.
+ * (no allocation). @return 0, -EALREADY if @p n was already set, -EINVAL.
  */
 int weft_notification_set(weft_notification_t *n);
 
-/** weft_notification_is_set — 1 if set, else 0. Thread-safe. */
+/** 1 if set, else 0. Thread-safe. */
 int weft_notification_is_set(const weft_notification_t *n);
 
 /**
- * weft_notification_destroy — wake every waiter with -EIDRM and reset @n
- * to unset. Returns 0, -EINVAL, or -EBUSY (nothing done) while a wake-up
+ * wake every waiter with -EIDRM and reset @p n
+ * to unset. @return 0, -EINVAL, or -EBUSY (nothing done) while a wake-up
  * posted by another thread's weft_notification_set() has not yet run:
  * let the loop poll (e.g. weft_sleep() briefly) and retry. No other thread
- * may still be about to set @n when it is destroyed.
+ * may still be about to set @p n when it is destroyed.
  */
 int weft_notification_destroy(weft_notification_t *n);
 
-/* Semaphore --------------------------------------------------------------- */
+/** @} */
 
+/* Semaphore --------------------------------------------------------------- */
+/** @defgroup sem Semaphore
+ *  @{ */
+
+/** A counting semaphore of fibers. Initialise with WEFT_SEM_INIT(n) or
+ *  weft_sem_init(). */
 typedef struct weft_sem {
     long count;
     weft_waitq_t q;
 } weft_sem_t;
 #define WEFT_SEM_INIT(n) { (n), WEFT_WAITQ_INIT }
 
-/** weft_sem_init — initialise @s with @count (>= 0) permits. */
+/** initialise @p s with @p count (>= 0) permits. */
 int weft_sem_init(weft_sem_t *s, long count);
 
 /**
- * weft_sem_acquire — take one permit, waiting until @deadline for one.
- * Returns 0, -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber,
+ * take one permit, waiting until @p deadline for one.
+ * @return 0, -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber,
  * -EINVAL.
  */
 int weft_sem_acquire(weft_sem_t *s, int64_t deadline);
 
-/** weft_sem_try_acquire — take a permit if one is free and nobody waits.
- *  Returns 0, -EAGAIN, -EINVAL. Never blocks; callable outside fibers. */
+/** take a permit if one is free and nobody waits.
+ *  @return 0, -EAGAIN, -EINVAL. Never blocks; callable outside fibers. */
 int weft_sem_try_acquire(weft_sem_t *s);
 
-/** weft_sem_release — give one permit back: to the first waiter if any,
- *  else to the count. Returns 0, -EOVERFLOW, -EINVAL. */
+/** give one permit back: to the first waiter if any,
+ *  else to the count. @return 0, -EOVERFLOW, -EINVAL. */
 int weft_sem_release(weft_sem_t *s);
 
-/** weft_sem_value — permits currently free (never negative). */
+/** permits currently free (never negative). */
 long weft_sem_value(const weft_sem_t *s);
 
-/** weft_sem_destroy — wake every waiter with -EIDRM. Returns 0, -EINVAL. */
+/** wake every waiter with -EIDRM. @return 0, -EINVAL. */
 int weft_sem_destroy(weft_sem_t *s);
 
+/** @} */
+
 /* Task limiter ------------------------------------------------------------ */
+/** @defgroup limiter Task limiter
+ *  @{ */
 
 /**
- * Runs fibers with at most @limit of them alive at once: spawning blocks
- * while @limit spawned tasks are still running. The limiter must outlive
+ * Runs fibers with at most @p limit of them alive at once: spawning blocks
+ * while @p limit spawned tasks are still running. The limiter must outlive
  * its tasks (weft_limiter_wait() then destroy).
  */
 typedef struct weft_limiter {
     long limit;
     long running;
-    weft_waitq_t q;      /* spawners waiting for a slot                    */
-    weft_waitq_t idle;   /* fibers in weft_limiter_wait()                  */
+    weft_waitq_t q;      /**< spawners waiting for a slot                   */
+    weft_waitq_t idle;   /**< fibers in weft_limiter_wait()                 */
 } weft_limiter_t;
 #define WEFT_LIMITER_INIT(n) { (n), 0, WEFT_WAITQ_INIT, WEFT_WAITQ_INIT }
 
-/** weft_limiter_init — initialise @l for at most @limit (>= 1) tasks. */
+/** initialise @p l for at most @p limit (>= 1) tasks. */
 int weft_limiter_init(weft_limiter_t *l, long limit);
 
 /**
- * weft_limiter_spawn — spawn a detached fiber running @fn(@arg) once fewer
- * than the limit of @l's tasks are running, waiting until @deadline for a
- * slot (FIFO among spawners). @fn's return value is discarded. Returns 0,
+ * spawn a detached fiber running @p fn(@p arg) once fewer
+ * than the limit of @p l's tasks are running, waiting until @p deadline for a
+ * slot (FIFO among spawners). @p fn's return value is discarded. @return 0,
  * -ETIMEDOUT, -ECANCELED (the task is not spawned), -EIDRM, any error of
  * weft_spawn(), -EPERM outside a fiber, -EINVAL.
  */
 int weft_limiter_spawn(weft_limiter_t *l, weft_fn_t fn, void *arg,
                        int64_t deadline);
 
-/** weft_limiter_running — tasks of @l currently running. */
+/** tasks of @p l currently running. */
 long weft_limiter_running(const weft_limiter_t *l);
 
 /**
- * weft_limiter_wait — wait until no task of @l is running. Returns 0,
+ * wait until no task of @p l is running. @return 0,
  * -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber, -EINVAL.
  */
 int weft_limiter_wait(weft_limiter_t *l, int64_t deadline);
 
 /**
- * weft_limiter_destroy — returns -EBUSY (nothing done) while tasks run,
- * since they still refer to @l; otherwise wakes waiters with -EIDRM and
+ * returns -EBUSY (nothing done) while tasks run,
+ * since they still refer to @p l; otherwise wakes waiters with -EIDRM and
  * returns 0.
  */
 int weft_limiter_destroy(weft_limiter_t *l);
 
-/* Wait group -------------------------------------------------------------- */
+/** @} */
 
+/* Wait group -------------------------------------------------------------- */
+/** @defgroup waitgroup Wait group
+ *  @{ */
+
+/** A wait group: fibers wait until its count drops to 0. Initialise with
+ *  WEFT_WAITGROUP_INIT or weft_waitgroup_init(). */
 typedef struct weft_waitgroup {
     long count;
     weft_waitq_t q;
 } weft_waitgroup_t;
 #define WEFT_WAITGROUP_INIT { 0, WEFT_WAITQ_INIT }
 
-/** weft_waitgroup_init — initialise @wg with a count of 0. */
+/** initialise @p wg with a count of 0. */
 int weft_waitgroup_init(weft_waitgroup_t *wg);
 
 /**
- * weft_waitgroup_add — add @n (may be negative) to the count; when it
- * reaches 0 every waiter wakes. Returns 0, -EINVAL if the count would go
+ * add @p n (may be negative) to the count; when it
+ * reaches 0 every waiter wakes. @return 0, -EINVAL if the count would go
  * below 0 (nothing changes), -EOVERFLOW.
  */
 int weft_waitgroup_add(weft_waitgroup_t *wg, long n);
 
-/** weft_waitgroup_done — weft_waitgroup_add(@wg, -1). */
+/** the same as weft_waitgroup_add(@p wg, -1). */
 int weft_waitgroup_done(weft_waitgroup_t *wg);
 
 /**
- * weft_waitgroup_wait — wait until the count is 0. Returns 0 (at once if
+ * wait until the count is 0. @return 0 (at once if
  * it is), -ETIMEDOUT, -ECANCELED, -EIDRM, -EPERM outside a fiber, -EINVAL.
  */
 int weft_waitgroup_wait(weft_waitgroup_t *wg, int64_t deadline);
 
-/** weft_waitgroup_destroy — wake every waiter with -EIDRM. */
+/** wake every waiter with -EIDRM. */
 int weft_waitgroup_destroy(weft_waitgroup_t *wg);
 
+/** @} */
+
 /* Channels ---------------------------------------------------------------- */
+/** @defgroup chan Channels
+ *  @{ */
 
 /**
  * A typed-by-size channel of fixed-size elements: unbuffered (capacity 0:
@@ -865,40 +921,40 @@ int weft_waitgroup_destroy(weft_waitgroup_t *wg);
 typedef struct weft_chan weft_chan_t;
 
 /**
- * weft_chan_create — a channel of @elem_size-byte elements (0 allowed:
- * pure signals) holding up to @capacity buffered elements. Returns 0,
+ * a channel of @p elem_size-byte elements (0 allowed:
+ * pure signals) holding up to @p capacity buffered elements. @return 0,
  * -EINVAL, -ENOMEM. Callable outside fibers.
  */
 int weft_chan_create(weft_chan_t **out, size_t elem_size, size_t capacity);
 
 /**
- * weft_chan_send — send the element at @elem, waiting until @deadline for
- * a receiver or buffer space. Returns 0, -EPIPE if the channel is or gets
+ * send the element at @p elem, waiting until @p deadline for
+ * a receiver or buffer space. @return 0, -EPIPE if the channel is or gets
  * closed (the element was not sent), -ETIMEDOUT, -ECANCELED, -EIDRM,
  * -EPERM outside a fiber, -EINVAL. With a deadline of 0 it never blocks.
  */
 int weft_chan_send(weft_chan_t *c, const void *elem, int64_t deadline);
 
 /**
- * weft_chan_recv — receive an element into @elem (may be NULL to drop it).
- * Returns 0, -EPIPE once the channel is closed and empty, -ETIMEDOUT,
+ * receive an element into @p elem (may be NULL to drop it).
+ * @return 0, -EPIPE once the channel is closed and empty, -ETIMEDOUT,
  * -ECANCELED, -EIDRM, -EPERM outside a fiber, -EINVAL.
  */
 int weft_chan_recv(weft_chan_t *c, void *elem, int64_t deadline);
 
 /**
- * weft_chan_close — close @c: buffered elements can still be received;
- * waiting senders and, once empty, receivers get -EPIPE. Returns 0,
+ * close @p c: buffered elements can still be received;
+ * waiting senders and, once empty, receivers get -EPIPE. @return 0,
  * -EALREADY, -EINVAL. Never blocks.
  */
 int weft_chan_close(weft_chan_t *c);
 
-/** weft_chan_len — elements buffered now. */
+/** elements buffered now. */
 size_t weft_chan_len(const weft_chan_t *c);
 
 /**
- * weft_chan_destroy — wake every fiber waiting on @c (also in a select)
- * with -EIDRM and free it; buffered elements are dropped. Returns 0 or
+ * wake every fiber waiting on @p c (also in a select)
+ * with -EIDRM and free it; buffered elements are dropped. @return 0 or
  * -EINVAL.
  */
 int weft_chan_destroy(weft_chan_t *c);
@@ -909,27 +965,30 @@ int weft_chan_destroy(weft_chan_t *c);
 /** One operation of a select. */
 typedef struct weft_chan_op {
     weft_chan_t *chan;
-    int op;              /* WEFT_CHAN_SEND or WEFT_CHAN_RECV              */
-    void *elem;          /* element to send / where to receive (or NULL)  */
-    int result;          /* out: 0 or -EPIPE for the chosen operation     */
+    int op;              /**< WEFT_CHAN_SEND or WEFT_CHAN_RECV             */
+    void *elem;          /**< element to send / where to receive (or NULL) */
+    int result;          /**< out: 0 or -EPIPE for the chosen operation    */
 } weft_chan_op_t;
 
 /**
- * weft_chan_select — perform exactly one of the @n operations in @ops,
- * waiting until @deadline for one to become possible. When several are
- * possible at once the first in @ops order is chosen.
+ * perform exactly one of the @p n operations in @p ops,
+ * waiting until @p deadline for one to become possible. When several are
+ * possible at once the first in @p ops order is chosen.
  *
- * Returns the index of the operation performed, with its result in
+ * @return the index of the operation performed, with its result in
  * ops[i].result (0, or -EPIPE when it completed because its channel is
  * closed); or -ETIMEDOUT, -ECANCELED, -EIDRM (a channel was destroyed),
- * -ENOMEM, -EPERM outside a fiber, -EINVAL (bad @ops, @n == 0).
+ * -ENOMEM, -EPERM outside a fiber, -EINVAL (bad @p ops, @p n == 0).
  */
 int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline);
+
+/** @} */
+/** @} */
 
 /* ------------------------------------------------------------------------ */
 /* Futures and promises                                                     */
 /* ------------------------------------------------------------------------ */
-/*
+/** @defgroup future Futures and promises
  * A promise is the write side, a future the read side of one result: a
  * value (void *) or an error (a negative errno).
  *
@@ -954,91 +1013,99 @@ int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline);
  * still have one queued when the last fiber ends; keep the loop running
  * until weft_sched_stats() reports no posted callbacks before destroying
  * it, or those states leak.
+ * @{
  */
+/** The write side of one result (weft_promise_create()). */
 typedef struct weft_promise weft_promise_t;
+/** The read side of one result: a reference-counted handle. */
 typedef struct weft_future weft_future_t;
 
 /**
- * weft_promise_create — a pending promise on the calling thread's
- * scheduler (created if needed). Returns 0, -EINVAL, -ENOMEM.
+ * a pending promise on the calling thread's
+ * scheduler (created if needed). @return 0, -EINVAL, -ENOMEM.
  */
 int weft_promise_create(weft_promise_t **out);
 
 /**
- * weft_promise_future — a new future handle for @p's result (release it
- * with weft_future_release()). NULL only for a NULL @p.
+ * a new future handle for @p p's result (release it
+ * with weft_future_release()). NULL only for a NULL @p p.
  */
 weft_future_t *weft_promise_future(weft_promise_t *p);
 
-/** weft_promise_set_value — settle with @value. Thread-safe. Returns 0,
+/** settle with @p value. Thread-safe. @return 0,
  *  -EALREADY if already settled, -EINVAL. */
 int weft_promise_set_value(weft_promise_t *p, void *value);
 
-/** weft_promise_set_error — settle with error @err (< 0). Thread-safe.
- *  Returns 0, -EALREADY, -EINVAL. */
+/** settle with error @p err (< 0). Thread-safe.
+ *  @return 0, -EALREADY, -EINVAL. */
 int weft_promise_set_error(weft_promise_t *p, int err);
 
 /**
- * weft_promise_try_set — settle with @value if @err is 0, else with @err,
- * unless already settled. Thread-safe. Returns 1 if this call settled it,
+ * settle with @p value if @p err is 0, else with @p err,
+ * unless already settled. Thread-safe. @return 1 if this call settled it,
  * 0 if it already was, -EINVAL.
  */
 int weft_promise_try_set(weft_promise_t *p, int err, void *value);
 
-/** weft_promise_is_set — 1 if settled, else 0. Thread-safe. */
+/** 1 if settled, else 0. Thread-safe. */
 int weft_promise_is_set(const weft_promise_t *p);
 
-/** weft_promise_release — drop the promise handle (consumes @p); if the
+/** drop the promise handle (consumes @p p); if the
  *  promise was never set, its future fails with -EPIPE. Thread-safe. */
 void weft_promise_release(weft_promise_t *p);
 
 /**
- * weft_future_ready / weft_future_failed — an already settled future with
- * @value / error @err (< 0). NULL on allocation failure or bad @err.
+ * an already settled future with @p value.
+ * @return the future, NULL on allocation failure.
  */
 weft_future_t *weft_future_ready(void *value);
+
+/**
+ * an already failed future with error @p err (< 0).
+ * @return the future, NULL on allocation failure or bad @p err.
+ */
 weft_future_t *weft_future_failed(int err);
 
-/** weft_future_ref — another handle to @f's state (release it too). */
+/** another handle to @p f's state (release it too). */
 weft_future_t *weft_future_ref(weft_future_t *f);
 
-/** weft_future_release — drop the handle (consumes @f). Thread-safe. */
+/** drop the handle (consumes @p f). Thread-safe. */
 void weft_future_release(weft_future_t *f);
 
-/** weft_future_is_set — 1 if settled, else 0. Thread-safe. */
+/** 1 if settled, else 0. Thread-safe. */
 int weft_future_is_set(const weft_future_t *f);
 
 /**
- * weft_future_try_get — the result if settled: returns 0 and stores the
- * value in *@value (if non-NULL), or the error it failed with; -EAGAIN
+ * the result if settled: returns 0 and stores the
+ * value in *@p value (if non-NULL), or the error it failed with; -EAGAIN
  * while pending; -EINVAL. Never blocks. Thread-safe.
  */
 int weft_future_try_get(const weft_future_t *f, void **value);
 
 /**
- * weft_future_get — await @f from a fiber of its loop (WaitFor): wait until
- * it settles or @deadline passes. Returns 0 with the value in *@value, the
- * error @f failed with, or -ETIMEDOUT / -ECANCELED (@f stays pending and
- * usable), -EPERM outside a fiber of @f's loop, -EINVAL. To tell a failure
- * of @f apart from a timeout, check weft_future_is_set(). When @f was set
+ * await @p f from a fiber of its loop (WaitFor): wait until
+ * it settles or @p deadline passes. @return 0 with the value in *@p value, the
+ * error @p f failed with, or -ETIMEDOUT / -ECANCELED (@p f stays pending and
+ * usable), -EPERM outside a fiber of @p f's loop, -EINVAL. To tell a failure
+ * of @p f apart from a timeout, check weft_future_is_set(). When @p f was set
  * from another thread, it returns once the delivery has run on this loop
- * (callbacks included), so nothing of @f is left queued.
+ * (callbacks included), so nothing of @p f is left queued.
  */
 int weft_future_get(weft_future_t *f, void **value, int64_t deadline);
 
-/** Callback of weft_future_subscribe(): @err is 0 and @value the value, or
- *  @err is the error. */
+/** Callback of weft_future_subscribe(): @p err is 0 and @p value the value, or
+ *  @p err is the error. */
 typedef void (*weft_future_cb)(void *arg, int err, void *value);
 
 /**
- * weft_future_subscribe — call @cb(@arg, err, value) once @f settles, on
- * @f's loop; inline before returning if it has already settled. Callbacks
- * run in subscription order. Returns 0, -ENOMEM, -EPERM on another thread,
+ * call @p cb(@p arg, err, value) once @p f settles, on
+ * @p f's loop; inline before returning if it has already settled. Callbacks
+ * run in subscription order. @return 0, -ENOMEM, -EPERM on another thread,
  * -EINVAL.
  */
 int weft_future_subscribe(weft_future_t *f, weft_future_cb cb, void *arg);
 
-/** A value transformation: return 0 and store the new value in *@out, or
+/** A value transformation: return 0 and store the new value in *@p out, or
  *  return a negative errno to fail the resulting future. */
 typedef int (*weft_then_fn)(void *arg, void *value, void **out);
 
@@ -1048,70 +1115,74 @@ typedef int (*weft_then_fn)(void *arg, void *value, void **out);
 typedef weft_future_t *(*weft_then_future_fn)(void *arg, void *value);
 
 /**
- * weft_then — a future of @fn applied to @f's value. Consumes @f (pass a
- * weft_future_ref() to keep using it). If @f fails, @fn is skipped and the
- * error propagates. @fn runs on @f's loop when @f settles. Returns NULL
- * only if allocation fails or @fn is NULL (then @f is released); call on
- * @f's loop thread.
+ * a future of @p fn applied to @p f's value. Consumes @p f (pass a
+ * weft_future_ref() to keep using it). If @p f fails, @p fn is skipped and the
+ * error propagates. @p fn runs on @p f's loop when @p f settles. @return NULL
+ * only if allocation fails or @p fn is NULL (then @p f is released); call on
+ * @p f's loop thread.
  */
 weft_future_t *weft_then(weft_future_t *f, weft_then_fn fn, void *arg);
 
 /**
- * weft_then_future — like weft_then(), for an @fn that returns a future:
+ * like weft_then(), for an @p fn that returns a future:
  * the resulting future settles with that future's result (flattened).
  */
 weft_future_t *weft_then_future(weft_future_t *f, weft_then_future_fn fn,
                                 void *arg);
 
 /**
- * weft_future_any — a future that settles like the first of the @n
- * futures in @fs to settle, value or error (the others are ignored).
- * Borrows @fs (the caller still releases them). @n == 0 gives a future
+ * a future that settles like the first of the @p n
+ * futures in @p fs to settle, value or error (the others are ignored).
+ * Borrows @p fs (the caller still releases them). @p n == 0 gives a future
  * failed with -EINVAL. NULL on allocation failure. All on the caller's loop.
  */
 weft_future_t *weft_future_any(weft_future_t *const *fs, size_t n);
 
 /**
- * weft_future_all — a barrier: settles once every one of the @n futures in
- * @fs has settled — with value NULL if all succeeded, else with the error
+ * a barrier: settles once every one of the @p n futures in
+ * @p fs has settled — with value NULL if all succeeded, else with the error
  * of the first to fail (in time). Read the individual results with
- * weft_future_try_get(). Borrows @fs. NULL on allocation failure.
+ * weft_future_try_get(). Borrows @p fs. NULL on allocation failure.
  */
 weft_future_t *weft_future_all(weft_future_t *const *fs, size_t n);
 
-/** Completion function handed to a callback-style API: settle with @err
- *  (< 0) or, for @err 0, @value. Call it exactly once, from any thread. */
+/** Completion function handed to a callback-style API: settle with @p err
+ *  (< 0) or, for @p err 0, @p value. Call it exactly once, from any thread. */
 typedef void (*weft_done_fn)(void *done_arg, int err, void *value);
 
 /**
- * weft_future_from_callback — adapt a callback API to a future: calls
- * @start(@arg, done, done_arg) at once; the API later calls
+ * adapt a callback API to a future: calls
+ * @p start(@p arg, done, done_arg) at once; the API later calls
  * done(done_arg, err, value) exactly once, from any thread, which settles
- * the returned future. If @start returns a negative errno, it must not
+ * the returned future. If @p start returns a negative errno, it must not
  * call done, and the future fails with that error. NULL on allocation
  * failure.
  */
 weft_future_t *weft_future_from_callback(
     int (*start)(void *arg, weft_done_fn done, void *done_arg), void *arg);
 
+/** @} */
+
 /* ------------------------------------------------------------------------ */
 /* Offload pool, DNS, process wait                                          */
 /* ------------------------------------------------------------------------ */
+/** @defgroup offload Offload pool, DNS, process wait
+ *  @{ */
 
 /**
- * weft_offload — run @fn(@arg) on a worker thread of the process-wide
- * offload pool while the calling fiber waits until @deadline; other
+ * run @p fn(@p arg) on a worker thread of the process-wide
+ * offload pool while the calling fiber waits until @p deadline; other
  * fibers keep running.
  *
- * @cleanup: if non-NULL, called as @cleanup(@arg, r) with @fn's result r
- *   when the caller stopped waiting (timeout, cancellation) before @fn
- *   finished: @fn still runs to completion, its result is discarded
- *   safely, and @cleanup then releases whatever it holds — on the worker
- *   thread or on the caller's loop. @arg must stay valid until then.
- * @result: if non-NULL, receives @fn's result on success.
+ * @param cleanup if non-NULL, called as @p cleanup(@p arg, r) with @p fn's result r
+ *   when the caller stopped waiting (timeout, cancellation) before @p fn
+ *   finished: @p fn still runs to completion, its result is discarded
+ *   safely, and @p cleanup then releases whatever it holds — on the worker
+ *   thread or on the caller's loop. @p arg must stay valid until then.
+ * @param result if non-NULL, receives @p fn's result on success.
  *
  * The pool starts lazily with 4 threads (see weft_offload_start()).
- * Returns 0, -ETIMEDOUT, -ECANCELED, -ENOMEM, -EAGAIN (no thread could be
+ * @return 0, -ETIMEDOUT, -ECANCELED, -ENOMEM, -EAGAIN (no thread could be
  * started), -EPERM outside a fiber, -EINVAL.
  */
 int weft_offload(void *(*fn)(void *arg), void *arg,
@@ -1119,14 +1190,14 @@ int weft_offload(void *(*fn)(void *arg), void *arg,
                  int64_t deadline);
 
 /**
- * weft_offload_start — start the pool with @nthreads workers (1..256) if it
- * is not running. Thread-safe. Returns 0, -EALREADY if already running,
+ * start the pool with @p nthreads workers (1..256) if it
+ * is not running. Thread-safe. @return 0, -EALREADY if already running,
  * -EINVAL, -EAGAIN.
  */
 int weft_offload_start(unsigned nthreads);
 
 /**
- * weft_offload_shutdown — let the workers finish every queued job, then
+ * let the workers finish every queued job, then
  * join them. Blocks the calling thread; call it outside fibers, when no
  * fiber is waiting in weft_offload(). A later weft_offload() starts the
  * pool again. Thread-safe.
@@ -1134,17 +1205,17 @@ int weft_offload_start(unsigned nthreads);
 void weft_offload_shutdown(void);
 
 /**
- * weft_getaddrinfo — getaddrinfo(3) that blocks only the calling fiber:
+ * getaddrinfo(3) that blocks only the calling fiber:
  * the lookup runs in the offload pool (glibc's resolver and NSS, exactly
  * as the process would resolve the name). Names in the reserved ".invalid"
  * domain fail at once (RFC 6761).
  *
- * On success returns 0 and *@res, to be freed with freeaddrinfo(3). If the
+ * On success returns 0 and *@p res, to be freed with freeaddrinfo(3). If the
  * caller stops waiting, the lookup finishes in the background and its
  * result is freed. Errors: -ENOENT (EAI_NONAME: no such name or service),
  * -ENODATA (EAI_NODATA), -EAGAIN (EAI_AGAIN: temporary failure),
  * -EIO (EAI_FAIL), -EAFNOSUPPORT (EAI_FAMILY), -ESOCKTNOSUPPORT
- * (EAI_SOCKTYPE), -EINVAL (EAI_BADFLAGS, or both @node and @service NULL),
+ * (EAI_SOCKTYPE), -EINVAL (EAI_BADFLAGS, or both @p node and @p service NULL),
  * -ENOMEM, the errno of EAI_SYSTEM, -ETIMEDOUT, -ECANCELED, -EPERM outside
  * a fiber.
  */
@@ -1154,28 +1225,30 @@ int weft_getaddrinfo(const char *node, const char *service,
                      int64_t deadline);
 
 /**
- * weft_proc_wait — wait until child process @pid terminates, and reap it.
+ * wait until child process @p pid terminates, and reap it.
  *
  * Waits on a pidfd (pidfd_open, Linux >= 5.3) with the loop's descriptor
  * wait; where pidfd_open is unavailable, polls waitpid(WNOHANG) with a
  * backoff of 1 ms doubling to 50 ms. Setting the environment variable
  * WEFT_PROC_NO_PIDFD forces the polling fallback. No signal handler is
- * installed. Process groups (@pid <= 0) are refused.
+ * installed. Process groups (@p pid <= 0) are refused.
  *
- * @wstatus: if non-NULL, receives the status as waitpid(2) does: use
+ * @param wstatus if non-NULL, receives the status as waitpid(2) does: use
  *   WIFEXITED/WEXITSTATUS for the exit code, WIFSIGNALED/WTERMSIG for the
  *   signal that killed it.
  *
- * Returns 0; -EINVAL for @pid <= 0 or a bad deadline; -ECHILD when @pid
+ * @return 0; -EINVAL for @p pid <= 0 or a bad deadline; -ECHILD when @p pid
  * is not an unwaited child of this process; -ETIMEDOUT (the child is left
  * unreaped: wait again later); -ECANCELED; -EPERM outside a fiber.
  */
 int weft_proc_wait(pid_t pid, int *wstatus, int64_t deadline);
 
+/** @} */
+
 /* ------------------------------------------------------------------------ */
 /* Timeout scopes                                                           */
 /* ------------------------------------------------------------------------ */
-/*
+/** @defgroup scope Timeout scopes
  * A timeout scope bounds every blocking call a fiber makes while inside it
  * by the scope's deadline, as if each call had been given
  * min(its deadline, scope deadline). Once the scope's deadline has passed,
@@ -1185,41 +1258,51 @@ int weft_proc_wait(pid_t pid, int *wstatus, int64_t deadline);
  * rather than 0 when cut short by the scope. Scopes nest: an inner scope
  * can shorten but never extend the outer one. A scope belongs to its fiber:
  * fibers spawned inside do not inherit it.
+ * @{
  */
 
 /**
- * weft_scope_run — run @fn(@arg) in the calling fiber under a scope with
- * @deadline, and return what @fn returns. WEFT_FOREVER adds no bound.
- * Returns -EPERM outside a fiber, -EINVAL for a NULL @fn or a bad
- * deadline (without calling @fn).
+ * run @p fn(@p arg) in the calling fiber under a scope with
+ * @p deadline, and return what @p fn returns. WEFT_FOREVER adds no bound.
+ * @return -EPERM outside a fiber, -EINVAL for a NULL @p fn or a bad
+ * deadline (without calling @p fn).
  */
 int weft_scope_run(int64_t deadline, int (*fn)(void *arg), void *arg);
 
 /**
- * weft_scope_enter / weft_scope_leave — the same as a pair, for code that
- * cannot be a callback. enter stores the previous scope in *@saved; leave
- * must be given that value, innermost scope first. Both return 0, -EPERM
- * outside a fiber, -EINVAL.
+ * enter a timeout scope with @p deadline: weft_scope_run() split into a
+ * pair, for code that cannot be a callback. Stores the previous scope in
+ * *@p saved, for weft_scope_leave(); pairs nest, innermost left first.
+ * @return 0, -EPERM outside a fiber, -EINVAL.
  */
 int weft_scope_enter(int64_t deadline, int64_t *saved);
+
+/**
+ * leave the scope that the matching weft_scope_enter() entered, given the
+ * value it stored in its *saved; innermost scope first.
+ * @return 0, -EPERM outside a fiber, -EINVAL.
+ */
 int weft_scope_leave(int64_t saved);
 
 /**
- * weft_scope_deadline — the calling fiber's effective scope deadline, or
+ * the calling fiber's effective scope deadline, or
  * WEFT_FOREVER when it is in no scope (or not a fiber).
  */
 int64_t weft_scope_deadline(void);
 
+/** @} */
+
 /* ------------------------------------------------------------------------ */
 /* Resource pool                                                            */
 /* ------------------------------------------------------------------------ */
-/*
+/** @defgroup pool Resource pool
  * A bounded pool of reusable resources (database connections, upstream
  * sockets): at most max_size exist at any moment — idle, handed out, or
  * being created — however many fibers ask. Resources are made on demand by
  * a create callback and ended by a destroy callback that runs exactly once
  * per resource that create returned.
  *
+ * @code{.unparsed}
  *   Waiting    A fiber that finds no idle resource and no room to create
  *              one queues FIFO. A resource released healthy goes straight
  *              to the first waiter (a late arrival cannot overtake it);
@@ -1238,18 +1321,21 @@ int64_t weft_scope_deadline(void);
  *              in the background by a fiber of the pool, which exists only
  *              while idle resources do (it keeps weft_sched_run() going
  *              until they expire or the pool is closed).
+ * @endcode
+ * @{
  */
+/** A bounded pool of resources (weft_pool_create()). */
 typedef struct weft_pool weft_pool_t;
 
-/** Resource callbacks of a pool. @ctx is the pool's context pointer. */
+/** Resource callbacks of a pool. @p ctx is the pool's context pointer. */
 typedef struct weft_pool_ops {
-    /* Make a resource: store it in *@res and return 0, or return a
+    /** Make a resource: store it in *@p res and return 0, or return a
      * negative errno, which weft_pool_acquire() passes back unchanged.
-     * @deadline is the acquirer's deadline (give it to blocking calls). */
+     * @p deadline is the acquirer's deadline (give it to blocking calls). */
     int (*create)(void *ctx, void **res, int64_t deadline);
-    /* End a resource. Called exactly once per resource create returned. */
+    /** End a resource. Called exactly once per resource create returned. */
     void (*destroy)(void *ctx, void *res);
-    /* Optional: check an idle resource before it is handed out; return 0
+    /** Optional: check an idle resource before it is handed out; return 0
      * if usable, else a negative errno: it is then destroyed and another
      * one taken or created. NULL: idle resources are trusted. */
     int (*validate)(void *ctx, void *res);
@@ -1257,68 +1343,68 @@ typedef struct weft_pool_ops {
 
 /** Options for weft_pool_create(); zero-initialise, then set fields. */
 typedef struct weft_pool_opts {
-    size_t max_size;       /* most resources alive at once (>= 1)          */
-    int64_t idle_timeout;  /* ns a resource may stay idle before it is
+    size_t max_size;       /**< most resources alive at once (>= 1)         */
+    int64_t idle_timeout;  /**< ns a resource may stay idle before it is
                               destroyed in the background; 0 = forever     */
-    uint64_t max_uses;     /* destroy a resource after this many
+    uint64_t max_uses;     /**< destroy a resource after this many
                               acquires (recycling); 0 = no limit           */
-    int64_t use_timeout;   /* ns each use may take: the lease's deadline
+    int64_t use_timeout;   /**< ns each use may take: the lease's deadline
                               (the read timeout of a use); 0 = none        */
 } weft_pool_opts_t;
 
 /** A resource handed out by weft_pool_acquire(). The caller's memory;
  *  valid from acquire to release. */
 typedef struct weft_pool_lease {
-    void *res;             /* the resource                                 */
-    int64_t deadline;      /* the end of this use: acquire time plus
+    void *res;             /**< the resource                                */
+    int64_t deadline;      /**< the end of this use: acquire time plus
                               use_timeout, or WEFT_FOREVER. Pass it (or an
                               earlier one) to every blocking call made on
                               the resource.                                */
-    uint64_t uses;         /* 1 on the resource's first use, then 2, ...   */
-    void *slot_;           /* internal                                     */
+    uint64_t uses;         /**< 1 on the resource's first use, then 2, ...  */
+    void *slot_;           /**< internal                                    */
 } weft_pool_lease_t;
 
 /** Pool counters (weft_pool_stats()). */
 typedef struct weft_pool_stats {
-    size_t size;           /* resources alive or being created (<= max)    */
-    size_t idle;           /* idle resources                               */
-    size_t in_use;         /* resources handed out                         */
-    size_t creating;       /* create calls in progress                     */
-    size_t waiters;        /* fibers waiting in weft_pool_acquire()        */
-    size_t peak_size;      /* largest size so far                          */
-    uint64_t created;      /* create calls that succeeded                  */
-    uint64_t destroyed;    /* destroy calls                                */
-    uint64_t create_failed;/* create calls that failed                     */
-    uint64_t acquired;     /* successful acquires                          */
-    uint64_t timeouts;     /* acquires that ended with -ETIMEDOUT          */
-    uint64_t broken;       /* resources released as broken                 */
-    uint64_t recycled;     /* resources destroyed after max_uses uses      */
-    uint64_t expired;      /* idle resources destroyed after idle_timeout  */
-    uint64_t invalid;      /* idle resources that failed validation        */
+    size_t size;           /**< resources alive or being created (<= max)   */
+    size_t idle;           /**< idle resources                              */
+    size_t in_use;         /**< resources handed out                        */
+    size_t creating;       /**< create calls in progress                    */
+    size_t waiters;        /**< fibers waiting in weft_pool_acquire()       */
+    size_t peak_size;      /**< largest size so far                         */
+    uint64_t created;      /**< create calls that succeeded                 */
+    uint64_t destroyed;    /**< destroy calls                               */
+    uint64_t create_failed;/**< create calls that failed                    */
+    uint64_t acquired;     /**< successful acquires                         */
+    uint64_t timeouts;     /**< acquires that ended with -ETIMEDOUT         */
+    uint64_t broken;       /**< resources released as broken                */
+    uint64_t recycled;     /**< resources destroyed after max_uses uses     */
+    uint64_t expired;      /**< idle resources destroyed after idle_timeout */
+    uint64_t invalid;      /**< idle resources that failed validation       */
 } weft_pool_stats_t;
 
 /**
- * weft_pool_create — a pool of at most @opts->max_size resources made by
- * @ops->create and ended by @ops->destroy, both given @ctx.
+ * a pool of at most @p opts->max_size resources made by
+ * @p ops->create and ended by @p ops->destroy, both given @p ctx.
  *
  * No resource is created until the first acquire. Callable outside fibers.
- * Returns 0 and the pool in *@out, -EINVAL (NULL argument, missing create
+ * @return 0 and the pool in *@p out, -EINVAL (NULL argument, missing create
  * or destroy callback, max_size 0, a negative timeout), -ENOMEM.
  */
 int weft_pool_create(weft_pool_t **out, const weft_pool_ops_t *ops,
                      void *ctx, const weft_pool_opts_t *opts);
 
 /**
- * weft_pool_acquire — get a resource for exclusive use until
+ * get a resource for exclusive use until
  * weft_pool_release().
  *
  * Takes the most recently released idle resource (checked with validate,
  * if set), else creates one if fewer than max_size exist, else waits in
- * FIFO order until @deadline for a resource to be released or for room to
- * create one. @deadline also bounds the create callback. Fills @lease:
+ * FIFO order until @p deadline for a resource to be released or for room to
+ * create one. @p deadline also bounds the create callback. Fills @p lease:
  * the resource, its per-use deadline and use count.
  *
- * Returns 0; -ETIMEDOUT when @deadline passed while waiting; the negative
+ * @return 0; -ETIMEDOUT when @p deadline passed while waiting; the negative
  * errno the create callback returned (nothing is retried: the caller
  * decides); -ESHUTDOWN when the pool is or gets closed; -ECANCELED;
  * -EPERM outside a fiber; -EINVAL. Blocks (switches fibers) only when it
@@ -1331,9 +1417,9 @@ int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease,
 #define WEFT_POOL_BROKEN 1 /* the resource is unusable: destroy it */
 
 /**
- * weft_pool_release — give back the resource of @lease.
+ * give back the resource of @p lease.
  *
- * @flags: 0 for a healthy resource, WEFT_POOL_BROKEN for one that must
+ * @param flags 0 for a healthy resource, WEFT_POOL_BROKEN for one that must
  * not be used again (a lost connection, a use that timed out midway).
  * A healthy resource goes to the first waiter, else becomes idle, unless
  * it has had max_uses uses or the pool is closed: then, like a broken one,
@@ -1341,46 +1427,48 @@ int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease,
  * may block) and the first waiter, if any, is let create a replacement.
  * Never waits otherwise. The lease is cleared.
  *
- * Returns 0, -EINVAL (NULL, a lease not acquired from @p, unknown flags).
+ * @return 0, -EINVAL (NULL, a lease not acquired from @p p, unknown flags).
  */
 int weft_pool_release(weft_pool_t *p, weft_pool_lease_t *lease, int flags);
 
 /**
- * weft_pool_with — acquire (until @deadline), run @fn(@arg, lease) inside
+ * acquire (until @p deadline), run @p fn(@p arg, lease) inside
  * a timeout scope ending at the lease's deadline (see weft_scope_run(), so
  * every blocking call of the use is bounded by use_timeout), and release.
  *
- * The resource is released as broken if @fn sets lease->res to NULL or
+ * The resource is released as broken if @p fn sets lease->res to NULL or
  * returns -ETIMEDOUT after the lease's deadline passed (a use cut short
- * leaves the resource in an unknown state), else as healthy. Returns the
- * acquire error, or what @fn returned.
+ * leaves the resource in an unknown state), else as healthy. @return the
+ * acquire error, or what @p fn returned.
  */
 int weft_pool_with(weft_pool_t *p, int (*fn)(void *arg,
                    weft_pool_lease_t *lease), void *arg, int64_t deadline);
 
 /**
- * weft_pool_close — stop the pool: later acquires fail with -ESHUTDOWN,
+ * stop the pool: later acquires fail with -ESHUTDOWN,
  * fibers waiting in acquire wake with -ESHUTDOWN, idle resources are
  * destroyed (here), the idle reaper ends, and then the call waits until
- * @deadline for every resource in use (or being created) to come back;
+ * @p deadline for every resource in use (or being created) to come back;
  * each is destroyed on release.
  *
- * Returns 0 once nothing is in use; -ETIMEDOUT if resources are still out
- * at @deadline (the pool stays closed; call again to keep waiting);
+ * @return 0 once nothing is in use; -ETIMEDOUT if resources are still out
+ * at @p deadline (the pool stays closed; call again to keep waiting);
  * -ECANCELED; -EPERM outside a fiber; -EINVAL. Closing again is allowed.
  */
 int weft_pool_close(weft_pool_t *p, int64_t deadline);
 
 /**
- * weft_pool_destroy — free @p. Idle resources left (a pool never closed)
- * are destroyed here. Returns 0, -EINVAL, or -EBUSY (nothing done) while
+ * free @p p. Idle resources left (a pool never closed)
+ * are destroyed here. @return 0, -EINVAL, or -EBUSY (nothing done) while
  * resources are in use or being created, fibers wait in acquire or close,
  * or the idle reaper runs (close the pool first). Callable outside fibers.
  */
 int weft_pool_destroy(weft_pool_t *p);
 
-/** weft_pool_stats — fill @st with @p's counters. Returns 0 or -EINVAL. */
+/** fill @p st with @p p's counters. @return 0 or -EINVAL. */
 int weft_pool_stats(const weft_pool_t *p, weft_pool_stats_t *st);
+
+/** @} */
 
 #ifdef __cplusplus
 }

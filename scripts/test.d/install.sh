@@ -2,6 +2,7 @@
 # install.sh — `make install` as a C user meets it, into a temporary prefix
 # (PREFIX, not DESTDIR: the installed weft.pc then names the directory the
 # files really are in):
+#   0. man weft_read finds the installed page;
 #   1. the README's echo server, taken from README.md's text, built with the
 #      README's own command line (pkg-config, and the rpath for a prefix
 #      outside the linker's search path), runs without LD_LIBRARY_PATH and
@@ -35,6 +36,14 @@ else
   bad "make install PREFIX=<temporary directory>" "$tmp/install.log"
 fi
 listing > "$tmp/after"
+# The man pages: man finds weft_read(3) in the prefix.
+page=$(man -M "$prefix/share/man" -w weft_read 2>/dev/null)
+if [ "$page" = "$prefix/share/man/man3/weft_read.3" ] &&
+   MANWIDTH=80 man -M "$prefix/share/man" weft_read 2>/dev/null | grep -q 'weft_read - read up to'; then
+  ok "man weft_read: the installed page ($(ls "$prefix"/share/man/man3/weft*.3 | wc -l) weft pages)"
+else
+  bad "man weft_read: '${page}' is not the installed page"
+fi
 
 # 1. The README's echo server, built as the README says.
 awk '/^```c[ \t]*$/ { inb = 1; t = ""; next }
