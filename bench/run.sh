@@ -8,8 +8,13 @@
 # (peer fields optional). This script adds min/median/max (and peer_*,
 # ratio = how many times better weft is than the peer), writes
 # bench/results/latest.json with the machine, kernel, compilers and date,
-# prints the summary table, and, if gnuplot is installed, draws
-# bench/results/ratios.png.
+# prints the summary table, and, if gnuplot is installed, draws one chart
+# per group, bench/results/ratios_GROUP.png (core, sync, io, http, ruby,
+# pool): horizontal bars from 1 (parity) to each ratio, one row per peer
+# under each benchmark's name, on a log scale where a group's ratios span
+# 4x or more.
+#
+# bash bench/run.sh --plot: only redraw the charts from latest.json.
 #
 # WEFT_BENCH_PARTS: a grep -E pattern of part names to run (default all);
 #   results of groups not run are kept from the previous latest.json.
@@ -22,6 +27,86 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${WEFT_BENCH_OUT:-$here/results}
 filter=${WEFT_BENCH_PARTS:-.}
 mkdir -p "$out"
+
+# plot_charts JSON — ratios_GROUP.png beside JSON for every group with
+# ratios (pool_latency is drawn with pool).
+plot_charts() {
+  local json=$1 dir g dat gp rows info
+  dir=$(dirname "$json")
+  command -v gnuplot >/dev/null || { echo "charts: gnuplot missing (apt-get install gnuplot-nox)"; return 0; }
+  info=$(awk 'function val(key) { match($0, "\"" key "\": *\"[^\"]*\""); s = substr($0, RSTART, RLENGTH)
+                                    sub(/^[^:]*: *"/, "", s); sub(/"$/, "", s); return s }
+              /"cpu":/ { cpu = val("cpu") } /^ *"kernel":/ { k = val("kernel") } /^ *"date":/ { d = val("date") }
+              END { printf "%s, kernel %s, %s", cpu, k, d }' "$json")
+  dat=$(mktemp /tmp/weft-chart.XXXXXX.dat); gp=$(mktemp /tmp/weft-chart.XXXXXX.gp)
+  for g in core sync io http ruby pool; do
+    # Rows: a benchmark's name (a label), then its peers' bars, then a gap;
+    # NAME_epoll (weft forced to epoll) joins NAME's rows. dat columns:
+    # y ratio xlow xhigh colour "peer" "value"; gp: the labels, the x range
+    # (log when the ratios span 4x or more) and the number of rows.
+    awk -v g="$g" -v dat="$dat" -v gp="$gp" '
+      function str(line, key) {
+        if (!match(line, "\"" key "\":\"[^\"]*\"")) return ""
+        return substr(line, RSTART + length(key) + 4, RLENGTH - length(key) - 5)
+      }
+      /^ *\{"group":/ && match($0, /"ratio":[-0-9.eE+]+/) {
+        r = substr($0, RSTART + 8, RLENGTH - 8) + 0
+        grp = str($0, "group"); if (grp != g && !(g == "pool" && grp ~ /^pool/)) next
+        name = str($0, "name"); if (g == "pool") name = grp "_" name
+        peer = str($0, "peer")
+        if (name ~ /_epoll$/) { sub(/_epoll$/, "", name); peer = "weft on epoll vs " peer }
+        if (!(name in nrows)) order[++nnames] = name
+        k = ++nrows[name]; ratio[name, k] = r; peers[name, k] = peer
+        lo = (n++ == 0 || r < lo) ? r : lo; hi = (r > hi) ? r : hi
+      }
+      END {
+        if (!n) exit 1
+        for (i = 1; i <= nnames; i++) {
+          name = order[i]; y += (i > 1) ? 0.6 : 1
+          printf "set label %d \"%s\" at graph 0.01, first %g left font \"sans:Bold,9\" noenhanced\n", i, name, y > gp
+          y++
+          for (k = 1; k <= nrows[name]; k++) {
+            r = ratio[name, k]
+            printf "%g %g %g %g %s \"%s\" \"%.2fx\"\n", y, r, (r < 1 ? r : 1), (r < 1 ? 1 : r),
+              (r >= 1 ? "0x3a8a4a" : "0xc04040"), peers[name, k], r > dat
+            y++
+          }
+        }
+        if (lo > 1) lo = 1; if (hi < 1) hi = 1
+        if (hi / lo >= 4) {
+          printf "set logscale x\nset xrange [%g:%g]\nset xtics (\"0.5\" 0.5, \"1\" 1, \"2\" 2, \"5\" 5, \"10\" 10, \"20\" 20, \"50\" 50)\n", lo / 1.6, hi * 2.2 > gp
+        } else {
+          span = hi - lo
+          printf "set xrange [%g:%g]\n", lo - 0.12 * span - 0.05, hi + 0.3 * span + 0.15 > gp
+        }
+        printf "rows = %g\n", y > gp
+      }' "$json" >/dev/null 2>&1 && : > /dev/null || { rm -f "$dat" "$gp"; dat=$(mktemp /tmp/weft-chart.XXXXXX.dat); gp=$(mktemp /tmp/weft-chart.XXXXXX.gp); continue; }
+    rows=$(sed -n 's/^rows = //p' "$gp")
+    gnuplot <<GP && echo "chart: $dir/ratios_$g.png" || echo "chart: gnuplot failed for $g" >&2
+set terminal pngcairo size 800,$(awk -v r="$rows" 'BEGIN { printf "%d", 110 + 17 * r }') font "sans,9"
+set output "$dir/ratios_$g.png"
+set title "weft vs peers: $g — how many times better weft is (> 1: weft wins)\n{/*0.85 $(printf '%s' "$info" | sed 's/"/\\"/g')}"
+load "$gp"
+set yrange [rows + 0.1 : 0.3]
+set ytics scale 0 noenhanced
+set grid xtics lc rgb "#d0d0d0"
+set xlabel "ratio (peer time / weft time, or weft rate / peer rate)"
+set style fill solid 0.85 noborder
+set key off
+set lmargin 30
+set arrow from 1, graph 0 to 1, graph 1 nohead lc rgb "#404040" lw 1.5 front
+plot "$dat" using 2:1:3:4:(\$1 - 0.36):(\$1 + 0.36):5:ytic(6) with boxxyerror lc rgb variable, \
+     "" using (\$2 >= 1 ? \$2 : NaN):1:7 with labels left offset 0.6,0 noenhanced, \
+     "" using (\$2 < 1 ? \$2 : NaN):1:7 with labels right offset -0.6,0 noenhanced
+GP
+    : > "$dat"; : > "$gp"
+  done
+  rm -f "$dat" "$gp"
+}
+if [ "${1:-}" = --plot ]; then
+  plot_charts "$out/latest.json"
+  exit 0
+fi
 
 jsonl=$(mktemp /tmp/weft-bench.XXXXXX.jsonl)
 trap 'rm -f "$jsonl"' EXIT
@@ -157,42 +242,8 @@ printf '%s\n' "$results" | awk '
 echo
 echo "results: $out/latest.json"
 
-# Bar chart of the ratios.
-if command -v gnuplot >/dev/null; then
-  dat=$(mktemp /tmp/weft-bench.XXXXXX.dat)
-  printf '%s\n' "$results" | awk '
-    function str(line, key) {
-      if (!match(line, "\"" key "\":\"[^\"]*\"")) return ""
-      return substr(line, RSTART + length(key) + 4, RLENGTH - length(key) - 5)
-    }
-    match($0, /"ratio":[-0-9.eE+]+/) {
-      r = substr($0, RSTART + 8, RLENGTH - 8)
-      printf "\"%s/%s vs %s\" %s\n", str($0, "group"), str($0, "name"),
-        substr(str($0, "peer"), 1, 24), r
-    }' > "$dat"
-  if [ -s "$dat" ]; then
-    n=$(wc -l < "$dat")
-    gnuplot <<GP && echo "chart: $out/ratios.png" || echo "chart: gnuplot failed" >&2
-set terminal pngcairo size $((360 + 60 * n)),720 font "sans,10"
-set bmargin 16
-set rmargin 14
-set output "$out/ratios.png"
-set title "weft vs peers — times better than the peer (> 1: weft wins)\n$(esc "$cpu"), kernel $kernel, $date"
-set style fill solid 0.8 border -1
-set boxwidth 0.7
-set yrange [0:*]
-set xrange [-0.6:$n - 0.4]
-set grid ytics
-set xtics rotate by -35 left noenhanced
-set key off
-set ylabel "ratio (peer / weft for times, weft / peer for rates)"
-set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb "red" lw 2
-plot "$dat" using 0:2:(\$2 >= 1 ? 0x3a8a4a : 0xc04040):xtic(1) with boxes lc rgb variable, \\
-     "" using 0:2:(sprintf("%.2f", \$2)) with labels offset 0,0.7
-GP
-  fi
-  rm -f "$dat"
-fi
+# Charts of the ratios, one per group, from the merged latest.json.
+plot_charts "$out/latest.json"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench: failed parts: ${failed[*]}" >&2
