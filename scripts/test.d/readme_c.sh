@@ -32,8 +32,12 @@ fi
 # whole program's command line) for the block TEXT; fails for a block no
 # case knows, so that a new snippet needs its prelude here.
 prelude_for() {
-  prelude=""; args=""
+  prelude=""; args=""; tls_libs=""; tls_ldlibs=""; norun=""
   case "$1" in
+    *weft_tls_dial*"int main("*)
+      # The TLS client: libweft_tls and OpenSSL; it needs an HTTPS server,
+      # so it is built here and run by scripts/test.d/tls.sh.
+      tls_libs=build/libweft_tls.a; tls_ldlibs="-lssl -lcrypto"; norun=1 ;;
     *weft_tcp_listen*"int main("*)
       args="0" ;;                                   # port 0: any free port
     *weft_cond_wait*)
@@ -102,9 +106,13 @@ for ((i = 1; i <= nblocks; i++)); do
   src=$tmp/snippet_$i.c
   if grep -q 'int main(' "$blk"; then
     cp "$blk" "$src"
+    # shellcheck disable=SC2086
     if ! "$CC" -std=gnu11 -Wall -Wextra -Werror -Iinclude "$src" -o "$tmp/prog_$i" \
-         "$lib" $uring -lpthread -lm >"$tmp/cc_$i.log" 2>&1; then
+         $tls_libs "$lib" $uring -lpthread -lm $tls_ldlibs >"$tmp/cc_$i.log" 2>&1; then
       bad "$what: whole program does not build" "$tmp/cc_$i.log"; continue
+    fi
+    if [ -n "$norun" ]; then
+      ok "$what: whole program builds (run by scripts/test.d/tls.sh)"; continue
     fi
     # shellcheck disable=SC2086
     timeout 2 "$tmp/prog_$i" $args >"$tmp/run_$i.log" 2>&1; rc=$?
