@@ -314,6 +314,8 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         uop_put(st, u);
         return -EINVAL;
     }
+    if (d->async)
+        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     io_uring_sqe_set_data(sqe, u);
     u->h.wait = w;
     w->op = u;

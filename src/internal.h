@@ -256,6 +256,10 @@ typedef struct weft__opdesc {
     socklen_t *addrlen;        /* accept                                 */
     socklen_t alen;            /* connect                                */
     uint32_t events;           /* poll: WEFT_READABLE|...                */
+    bool async;                /* run it off the submitting thread even if
+                                  it could complete at once (a large file
+                                  transfer from the page cache would copy
+                                  inside the loop's io_uring_enter)      */
 } weft__opdesc;
 
 /* Every backend's completion record starts with this. */

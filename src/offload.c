@@ -1,6 +1,11 @@
 /*
  * offload.c — a process-wide pool of worker threads for blocking work.
  *
+ * The pool itself knows nothing of fibers: it runs weft__pjob's. Two kinds
+ * are built on it: weft_offload()'s job (below), which a C fiber may give
+ * up on, and weft__rjob, which completes a reactor wait that its owner
+ * keeps until the job is done (the Ruby extension's file reads).
+ *
  * A job is shared by the waiting fiber (on its loop's thread) and one
  * worker. Who frees it is decided by an atomic exchange on job->state:
  *
@@ -20,7 +25,7 @@
 enum { J_WAITING = 0, J_DONE = 1, J_ABANDONED = 2 };
 
 typedef struct job {
-    struct job *next;
+    weft__pjob pj;           /* first: the pool's view of the job          */
     void *(*fn)(void *);
     void *arg;
     void (*cleanup)(void *, void *);
@@ -36,7 +41,7 @@ typedef struct job {
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    job *head, *tail;
+    weft__pjob *head, *tail;
     pthread_t *threads;
     unsigned nthreads;
     bool running, stopping;
@@ -67,32 +72,39 @@ static void *worker(void *unused)
     (void)unused;
     pthread_mutex_lock(&pool.lock);
     for (;;) {
-        job *j = pool.head;
-        if (!j) {
+        weft__pjob *pj = pool.head;
+        if (!pj) {
             if (pool.stopping)
                 break;
             pthread_cond_wait(&pool.cond, &pool.lock);
             continue;
         }
-        pool.head = j->next;
+        pool.head = pj->next;
         if (!pool.head)
             pool.tail = NULL;
         pthread_mutex_unlock(&pool.lock);
-
-        j->result = j->fn(j->arg);
-        int old = __atomic_exchange_n(&j->state, J_DONE, __ATOMIC_ACQ_REL);
-        if (old == J_ABANDONED) {
-            job_discard(j);
-        } else {
-            j->post.fn = done_cb;
-            j->post.arg = j;
-            j->post.embedded = true;
-            weft__reactor_post_node(&j->sched->r, &j->post);
-        }
+        pj->run(pj); /* the job is not touched after this */
         pthread_mutex_lock(&pool.lock);
     }
     pthread_mutex_unlock(&pool.lock);
     return NULL;
+}
+
+/* weft_offload's job, on the worker: run it, then hand it back (or clean
+ * up if the fiber gave up on it). */
+static void job_run(weft__pjob *pj)
+{
+    job *j = (job *)pj;
+    j->result = j->fn(j->arg);
+    int old = __atomic_exchange_n(&j->state, J_DONE, __ATOMIC_ACQ_REL);
+    if (old == J_ABANDONED) {
+        job_discard(j);
+    } else {
+        j->post.fn = done_cb;
+        j->post.arg = j;
+        j->post.embedded = true;
+        weft__reactor_post_node(&j->sched->r, &j->post);
+    }
 }
 
 /* In a child of fork() the workers do not exist: forget them (and a lock
@@ -173,6 +185,63 @@ void weft_offload_shutdown(void)
     pthread_mutex_unlock(&pool.lock);
 }
 
+/* Queue @pj, starting the pool if needed. Called with pool.lock held. */
+static int submit_locked(weft__pjob *pj)
+{
+    int rc;
+    if (pool.stopping)
+        return -EAGAIN;
+    if (!pool.running && (rc = start_locked(DEFAULT_THREADS)) < 0)
+        return rc;
+    pj->next = NULL;
+    if (pool.tail)
+        pool.tail->next = pj;
+    else
+        pool.head = pj;
+    pool.tail = pj;
+    pthread_cond_signal(&pool.cond);
+    return 0;
+}
+
+int weft__pool_submit(weft__pjob *pj)
+{
+    pthread_mutex_lock(&pool.lock);
+    int rc = submit_locked(pj);
+    pthread_mutex_unlock(&pool.lock);
+    return rc;
+}
+
+/* ---- a job that completes a reactor wait ------------------------------ */
+
+static void rjob_done(void *p)
+{
+    weft__rjob *j = p;
+    j->done = true;
+    weft__wait_complete(j->w, 0);
+}
+
+static void rjob_run(weft__pjob *pj)
+{
+    weft__rjob *j = (weft__rjob *)pj;
+    j->fn(j->arg);
+    j->post.fn = rjob_done;
+    j->post.arg = j;
+    j->post.embedded = true;
+    weft__reactor_post_node(j->r, &j->post);
+}
+
+int weft__rjob_submit(weft__rjob *j, weft__reactor *r, weft__wait *w,
+                      void (*fn)(void *), void *arg)
+{
+    j->pj.run = rjob_run;
+    j->r = r;
+    j->w = w;
+    j->fn = fn;
+    j->arg = arg;
+    j->done = false;
+    return weft__pool_submit(&j->pj);
+}
+
 int weft_offload(void *(*fn)(void *arg), void *arg,
                  void (*cleanup)(void *arg, void *result), void **result,
                  int64_t deadline)
@@ -201,32 +270,19 @@ int weft__offload(void *(*fn)(void *), void *arg,
     j->cleanup = cleanup;
     j->sched = weft__sched_tls();
 
-    pthread_mutex_lock(&pool.lock);
-    if (pool.stopping) {
-        pthread_mutex_unlock(&pool.lock);
-        free(j);
-        return -EAGAIN;
-    }
-    if (!pool.running && (rc = start_locked(DEFAULT_THREADS)) < 0) {
-        pthread_mutex_unlock(&pool.lock);
-        free(j);
-        return rc;
-    }
+    j->pj.run = job_run;
     weft__wait_init(&j->w, &j->sched->r, weft__fiber_wake, j->sched->current);
     rc = weft__wait_arm_deadline(&j->w, deadline);
-    if (rc < 0) {
+    if (rc == 0) {
+        pthread_mutex_lock(&pool.lock);
+        rc = submit_locked(&j->pj);
         pthread_mutex_unlock(&pool.lock);
+    }
+    if (rc < 0) {
         weft__wait_complete(&j->w, rc);
         free(j);
         return rc;
     }
-    if (pool.tail)
-        pool.tail->next = j;
-    else
-        pool.head = j;
-    pool.tail = j;
-    pthread_cond_signal(&pool.cond);
-    pthread_mutex_unlock(&pool.lock);
     *submitted = true;
 
     rc = weft__block(&j->w);
