@@ -23,6 +23,7 @@
  *   - other threads reach the loop only through weft__reactor_post().
  */
 #include "internal.h"
+#include "offload.h"
 
 #include <ruby.h>
 #include <ruby/io.h>
@@ -63,8 +64,10 @@ typedef struct rwait {
     VALUE fiber;
     struct rwait *anext, *aprev; /* all waits (GVL only)               */
     struct rwait *rnext, *rprev; /* ready list                         */
+    struct rwait *onext, *oprev; /* fdinfo.w_waiters (owner waits)     */
     unsigned epoch;              /* scheduler epoch when begun (fork)  */
-    uint8_t kind, queued, linked;
+    int ofd;                     /* the descriptor of an owner wait    */
+    uint8_t kind, queued, linked, olinked;
 } rwait;
 
 /* A pending interrupt for a fiber: a timeout_after timer or an exception
@@ -81,6 +84,13 @@ typedef struct rintr {
 
 typedef struct fdinfo {
     VALUE io;         /* the IO object last seen on this fd number      */
+    /* A fiber in the middle of one Ruby-level write that the IO layer
+     * split into several hook calls with a wait between them (Ruby 3.1's
+     * writev: the text, then io_wait, then the rest): other fibers'
+     * writes to this descriptor wait until it is done, so one puts is
+     * never split by another fiber's write. Qnil: none. */
+    VALUE w_owner;
+    struct rwait *w_waiters; /* fibers waiting for w_owner to finish    */
     uint8_t is_sock, is_reg, is_fifo, nonblock;
 } fdinfo;
 
@@ -102,11 +112,30 @@ struct rsched {
     weft_backend_t backend;
     weft__timer sweep_timer;   /* bounds a blocking poll while fds wait  */
     int64_t next_sweep;
+    /* How the fiber now running was entered by this scheduler: `entered`
+     * is the fiber the scheduler last switched into, `entered_chained`
+     * whether that was a resume (Fiber.schedule) whose resumer expects it
+     * back at its first wait. A running fiber that is not `entered` was
+     * switched into by someone else (Fiber#resume, Fiber#raise). */
+    VALUE entered;
+    bool entered_chained;
+    /* Fibers that died with an exception: the first one is raised by
+     * #run / #close once every fiber has ended (then forgotten); `fatal`
+     * (SystemExit, a signal) stops every fiber first. */
+    VALUE first_error, fatal;
+    bool report;               /* report_on_exception                    */
+    /* Ruby 3.1 split-write detection (fdinfo.w_owner): the last hook call
+     * that was a completed io_write, by whom, on which descriptor. */
+    uint64_t hook_seq, lw_seq;
+    VALUE lw_fiber;
+    int lw_fd;
+    int closing;               /* close attempts begun (see s_close)     */
+    bool bound;                /* a hook ran on `thread`: owned for good */
     bool r_live, running, closed, close_pending;
 };
 
-static VALUE mWeft, cScheduler, eWeftError, eStop, cFiber;
-static ID id_new, id_closed_p;
+static VALUE mWeft, cScheduler, eWeftError, eStop, cFiber, eFiberError, eIOTimeout;
+static ID id_new, id_closed_p, id_full_message, id_status;
 static int pread_offset_encoded, pwrite_offset_encoded;
 static volatile unsigned fork_generation;
 
@@ -128,8 +157,16 @@ static void s_mark(void *p)
         rb_gc_mark_movable(ri->message);
         rb_gc_mark_movable(ri->exc);
     }
-    for (int i = 0; i < s->nfdi; i++)
+    for (int i = 0; i < s->nfdi; i++) {
         rb_gc_mark_movable(s->fdi[i].io);
+        rb_gc_mark_movable(s->fdi[i].w_owner);
+    }
+    rb_gc_mark_movable(s->first_error);
+    rb_gc_mark_movable(s->fatal);
+    /* Compared with the current fiber: kept alive so that no new fiber can
+     * take a dead one's address while these still hold it. */
+    rb_gc_mark_movable(s->entered);
+    rb_gc_mark_movable(s->lw_fiber);
 }
 
 static void s_compact(void *p)
@@ -142,8 +179,14 @@ static void s_compact(void *p)
         ri->message = rb_gc_location(ri->message);
         ri->exc = rb_gc_location(ri->exc);
     }
-    for (int i = 0; i < s->nfdi; i++)
+    for (int i = 0; i < s->nfdi; i++) {
         s->fdi[i].io = rb_gc_location(s->fdi[i].io);
+        s->fdi[i].w_owner = rb_gc_location(s->fdi[i].w_owner);
+    }
+    s->first_error = rb_gc_location(s->first_error);
+    s->fatal = rb_gc_location(s->fatal);
+    s->entered = rb_gc_location(s->entered);
+    s->lw_fiber = rb_gc_location(s->lw_fiber);
 }
 
 static void free_heap_intrs(rsched *s)
@@ -195,6 +238,12 @@ static VALUE s_alloc(VALUE klass)
     VALUE obj = TypedData_Make_Struct(klass, rsched, &sched_type, s);
     s->thread = Qnil;
     s->loop_fiber = Qnil;
+    s->entered = Qnil;
+    s->first_error = Qnil;
+    s->fatal = Qnil;
+    s->lw_fiber = Qnil;
+    s->lw_fd = -1;
+    s->report = true;
     s->waiting = st_init_numtable();
     pthread_mutex_init(&s->lock, NULL);
     s->fork_gen = fork_generation;
@@ -223,8 +272,12 @@ static void fork_reset(rsched *s)
     s->rq_head = s->rq_tail = NULL;
     st_clear(s->waiting);
     free_heap_intrs(s);
-    for (int i = 0; i < s->nfdi; i++)
+    for (int i = 0; i < s->nfdi; i++) {
         s->fdi[i].io = Qnil;
+        s->fdi[i].w_owner = Qnil;
+        s->fdi[i].w_waiters = NULL;
+    }
+    s->entered = s->lw_fiber = Qnil;
     pthread_mutex_init(&s->lock, NULL);
     if (s->r_live) {
         s->r_live = false;
@@ -247,16 +300,39 @@ static inline void check_fork(rsched *s)
         fork_reset(s);
 }
 
-/* Scheduler for a hook call on the owner thread. */
+/* A scheduler belongs to the thread that uses it: Scheduler.new may run
+ * in one thread and Fiber.set_scheduler in another, so the first hook call
+ * binds it. Until then its reactor (made by #initialize, so that #backend
+ * can answer) is re-made in the binding thread: an io_uring ring is owned
+ * by the thread that submits to it (SINGLE_ISSUER). */
+static void rebind(rsched *s, VALUE cur)
+{
+    if (s->bound || s->running || s->all || (s->r_live && s->r.nwaits))
+        rb_raise(rb_eThreadError,
+                 "Weft::Scheduler used from a thread that does not own it");
+    if (s->r_live) {
+        s->r_live = false;
+        weft__reactor_fini(&s->r);
+        int rc = weft__reactor_init(&s->r, s->backend);
+        if (rc < 0)
+            rb_syserr_fail(-rc, "weft: reactor setup in the scheduler's thread");
+        s->r_live = true;
+    }
+    s->thread = cur;
+}
+
+/* Scheduler for a hook call: on the owner thread (bound at first use). */
 static rsched *get_sched(VALUE self)
 {
     rsched *s = get_raw(self);
-    if (s->thread != rb_thread_current())
-        rb_raise(rb_eThreadError,
-                 "Weft::Scheduler used from a thread that does not own it");
+    VALUE cur = rb_thread_current();
+    if (RB_UNLIKELY(s->thread != cur))
+        rebind(s, cur);
     check_fork(s);
     if (!s->r_live)
         rb_raise(eWeftError, "scheduler is closed");
+    s->bound = true;
+    s->hook_seq++;
     return s;
 }
 
@@ -418,17 +494,89 @@ static void poll_blocking(rsched *s)
     rb_thread_check_ints();
 }
 
-struct loop_arg {
-    rsched *s;
-    rwait *until;
-    VALUE prev_loop;
-    bool prev_running;
-};
-
 static inline bool rw_done(const rwait *rw)
 {
     return !rw->w.active && !rw->queued;
 }
+
+/* ---- switching -----------------------------------------------------------
+ *
+ * Ruby has two ways into a fiber. A *resumed* fiber (Fiber#resume) returns
+ * to its resumer with Fiber.yield or by ending, and its resumer cannot be
+ * switched into until it does; a fiber entered by *transfer* has no
+ * resumer and may transfer anywhere. The scheduler uses both:
+ *
+ *   - Fiber.schedule resumes the new fiber (as Ruby's reference scheduler
+ *     does), so until its first wait it is in its starter's resume chain:
+ *     Fiber.yield returns to the starter, which may #resume it later, and
+ *     at its first wait it yields back, which is when Fiber.schedule
+ *     returns.
+ *   - Every later switch the scheduler makes is a transfer
+ *     (rb_fiber_transfer, the C API, which may enter a fiber that last
+ *     yielded): a waiting fiber hands off directly to the next ready one,
+ *     or to the loop fiber when none is ready or after HANDOFF_MAX
+ *     hand-offs in a row.
+ *   - A waiting fiber that was switched into by someone else — Fiber#resume
+ *     or Fiber#raise from user code (a parked scheduled fiber is entered by
+ *     resume: it last yielded) — is in that caller's resume chain: its next
+ *     wait yields back to the caller, so the caller continues, as Ruby
+ *     specifies for Fiber#raise.
+ *
+ * `entered` records which fiber the scheduler itself last switched into,
+ * and how; a fiber that wakes up and finds another value there was entered
+ * by someone else. */
+
+enum { M_TRANSFER, M_CHAINED, M_UNKNOWN };
+
+static inline int entry_mode(const rsched *s, VALUE self)
+{
+    if (s->entered != self)
+        return M_UNKNOWN;
+    return s->entered_chained ? M_CHAINED : M_TRANSFER;
+}
+
+/* Transfer to @fiber (a dispatch: it runs in transfer mode). */
+static inline void switch_to(rsched *s, VALUE fiber)
+{
+    s->entered = fiber;
+    s->entered_chained = false;
+    rb_fiber_transfer(fiber, 0, NULL);
+}
+
+static VALUE yield_body(VALUE unused)
+{
+    (void)unused;
+    return rb_fiber_yield(0, NULL);
+}
+
+/* Yield to the current fiber's resumer. false (nothing happened) if it has
+ * none: Fiber.yield raises FiberError before switching then. */
+static bool try_yield(void)
+{
+    int state = 0;
+    rb_protect(yield_body, Qnil, &state);
+    if (!state)
+        return true;
+    VALUE err = rb_errinfo();
+    if (rb_obj_is_kind_of(err, eFiberError)) {
+        VALUE msg = rb_funcall(err, rb_intern("message"), 0);
+        if (RB_TYPE_P(msg, T_STRING) &&
+            strstr(StringValueCStr(msg), "not resumed")) {
+            rb_set_errinfo(Qnil);
+            return false;
+        }
+    }
+    rb_jump_tag(state);
+    return false;
+}
+
+struct loop_arg {
+    rsched *s;
+    rwait *until;
+    VALUE until_fiber;          /* or run until this fiber has ended     */
+    VALUE prev_loop;
+    bool prev_running;
+};
 
 static VALUE loop_body(VALUE p)
 {
@@ -438,12 +586,14 @@ static VALUE loop_body(VALUE p)
         check_fork(s);
         if (a->until && (rw_done(a->until) || a->until->epoch != s->epoch))
             break;
+        if (!NIL_P(a->until_fiber) && !RTEST(rb_fiber_alive_p(a->until_fiber)))
+            break;
         rwait *rw = rq_pop(s);
         if (rw) {
             if (rw == a->until)
                 break;
             s->handoffs = 0;
-            rb_fiber_transfer(rw->fiber, 0, NULL);
+            switch_to(s, rw->fiber);
             if ((++s->ticks % POLL_EVERY) == 0) {
                 (void)weft__reactor_run_once(&s->r, false);
                 maybe_sweep(s);
@@ -486,11 +636,11 @@ static VALUE loop_ensure(VALUE p)
 
 /* Run the loop on the current fiber until @until completes (or, NULL,
  * until nothing is left to wait for). */
-static void run_loop(rsched *s, rwait *until)
+static void run_loop(rsched *s, rwait *until, VALUE until_fiber)
 {
     if (s->running && rb_fiber_current() != s->loop_fiber)
         rb_raise(eWeftError, "the scheduler loop is already running");
-    struct loop_arg a = {s, until, s->loop_fiber, s->running};
+    struct loop_arg a = {s, until, until_fiber, s->loop_fiber, s->running};
     /* Keep the outer loop fiber if this is a nested until-run on it. */
     if (!s->running)
         s->loop_fiber = rb_fiber_current();
@@ -498,33 +648,49 @@ static void run_loop(rsched *s, rwait *until)
     rb_ensure(loop_body, (VALUE)&a, loop_ensure, (VALUE)&a);
 }
 
-static inline bool in_loop_context(rsched *s, VALUE cur)
-{
-    return cur == s->loop_fiber || NIL_P(s->loop_fiber);
-}
-
-/* Switch away until @rw completes and is dispatched back to us. */
+/* Switch away until @rw completes and the scheduler switches back to us. */
 static void wait_for(rsched *s, rwait *rw)
 {
-    if (in_loop_context(s, rw->fiber)) {
-        run_loop(s, rw);
+    VALUE self = rw->fiber;
+    if (self == s->loop_fiber) {
+        /* The loop fiber itself waits (a fiber that called #run): run the
+         * loop here until this wait is dispatched. */
+        run_loop(s, rw, Qnil);
         rq_remove(s, rw);
         return;
     }
+    int mode = entry_mode(s, self);
     while (!rw_done(rw) && rw->epoch == s->epoch) {
-        rwait *next = NULL;
-        if (s->rq_head && s->handoffs < HANDOFF_MAX) {
-            next = rq_pop(s);
-            s->handoffs++;
-            if (next == rw)
+        if (mode == M_CHAINED || mode == M_UNKNOWN) {
+            /* Back to whoever resumed us; we come back when the scheduler
+             * dispatches this wait (or someone resumes us again). */
+            s->entered = Qnil;
+            if (!try_yield()) {
+                mode = M_TRANSFER; /* nobody resumed us: transfer mode */
                 continue;
-        }
-        if (next) {
-            rb_fiber_transfer(next->fiber, 0, NULL);
+            }
+        } else if (NIL_P(s->loop_fiber)) {
+            /* No loop runs (a fiber entered by transfer from user code):
+             * this fiber becomes the loop until its wait is done. */
+            run_loop(s, rw, Qnil);
+            rq_remove(s, rw);
+            return;
         } else {
-            s->handoffs = 0;
-            rb_fiber_transfer(s->loop_fiber, 0, NULL);
+            rwait *next = NULL;
+            if (s->rq_head && s->handoffs < HANDOFF_MAX) {
+                next = rq_pop(s);
+                s->handoffs++;
+                if (next == rw)
+                    continue;
+            }
+            if (next) {
+                switch_to(s, next->fiber);
+            } else {
+                s->handoffs = 0;
+                switch_to(s, s->loop_fiber);
+            }
         }
+        mode = entry_mode(s, self);
     }
 }
 
@@ -651,6 +817,8 @@ static int io_fd(VALUE io)
     return rb_io_descriptor(x);  /* IOError for a closed stream */
 }
 
+static void owner_release(rsched *s, int fd);
+
 /* The reactor's per-fd state outlives a Ruby IO: when another IO object
  * shows up on a descriptor number with no waiter, treat it as a new
  * descriptor (drops a stale epoll registration, bumps the generation). */
@@ -666,6 +834,8 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         REALLOC_N(s->fdi, fdinfo, n);
         for (int i = s->nfdi; i < n; i++) {
             s->fdi[i].io = Qnil;
+            s->fdi[i].w_owner = Qnil;
+            s->fdi[i].w_waiters = NULL;
             s->fdi[i].is_sock = s->fdi[i].is_reg = s->fdi[i].is_fifo = 0;
             s->fdi[i].nonblock = 0;
         }
@@ -682,6 +852,8 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
             weft__reactor_fd_close(&s->r, fd, -EBADF);
         if (!st->head)
             weft__reactor_fd_new(&s->r, fd);
+        if (!NIL_P(fi->w_owner))
+            owner_release(s, fd); /* its writer's IO is gone */
         fi->io = io;
         struct stat sb;
         fi->is_sock = fi->is_reg = fi->is_fifo = 0;
@@ -755,6 +927,9 @@ static VALUE s_initialize(int argc, VALUE *argv, VALUE self)
     rb_scan_args(argc, argv, ":", &opts);
     weft_backend_t b = WEFT_BACKEND_DEFAULT;
     if (!NIL_P(opts)) {
+        VALUE rep = rb_hash_lookup2(opts, ID2SYM(rb_intern("report_on_exception")), Qundef);
+        if (rep != Qundef)
+            s->report = RTEST(rep);
         VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern("backend")));
         if (!NIL_P(v)) {
             const char *name = RB_SYMBOL_P(v) ? rb_id2name(SYM2ID(v))
@@ -786,7 +961,125 @@ static VALUE s_backend(VALUE self)
     return s->r_live ? rb_str_new_cstr(s->r.ops->name) : Qnil;
 }
 
-/* io_wait(io, events, timeout) -> ready events (Integer) or false */
+/* ---- one writer at a time (Ruby 3.1 split writes) ----------------------
+ *
+ * Ruby 3.1 writes `puts "x"` to a synchronous IO as two hook calls, the
+ * text and then the newline, with an io_wait(writable) between them (its
+ * writev with a scheduler passes one buffer per call, and reports the rest
+ * as EAGAIN). If that wait switched fibers, another fiber's write would
+ * land between the two halves. So io_wait first looks whether the
+ * descriptor is writable (it nearly always is: no switch), and if it must
+ * really wait right after this fiber's own write to the descriptor, the
+ * fiber becomes the descriptor's writer: other fibers' io_write calls on
+ * it wait until the writer's next io_write is done. (Ruby 3.2+ holds the
+ * IO's write lock across the whole call instead.) */
+
+static void owner_unlink(rsched *s, rwait *rw)
+{
+    if (!rw->olinked)
+        return;
+    rw->olinked = 0;
+    if (rw->epoch != s->epoch || rw->ofd >= s->nfdi)
+        return;
+    fdinfo *fi = &s->fdi[rw->ofd];
+    if (rw->oprev)
+        rw->oprev->onext = rw->onext;
+    else
+        fi->w_waiters = rw->onext;
+    if (rw->onext)
+        rw->onext->oprev = rw->oprev;
+    rw->onext = rw->oprev = NULL;
+}
+
+/* The writer of @fd is done (or gone): every waiting writer may go. */
+static void owner_release(rsched *s, int fd)
+{
+    if (fd < 0 || fd >= s->nfdi)
+        return;
+    fdinfo *fi = &s->fdi[fd];
+    fi->w_owner = Qnil;
+    rwait *rw = fi->w_waiters, *next;
+    fi->w_waiters = NULL;
+    for (; rw; rw = next) {
+        next = rw->onext;
+        rw->olinked = 0;
+        rw->onext = rw->oprev = NULL;
+        if (rw->w.active)
+            weft__wait_complete(&rw->w, 0);
+    }
+}
+
+static VALUE owner_wait_ensure(VALUE p)
+{
+    rwait *rw = (rwait *)p;
+    owner_unlink(rw->s, rw);
+    rw_end(rw);
+    return Qnil;
+}
+
+/* Wait while another fiber is @fd's writer. */
+static void owner_wait(rsched *s, int fd, VALUE cur)
+{
+    while (fd < s->nfdi && !NIL_P(s->fdi[fd].w_owner) && s->fdi[fd].w_owner != cur) {
+        rwait rw;
+        rw_begin(s, &rw, RW_BLOCK);
+        fdinfo *fi = &s->fdi[fd];
+        rw.ofd = fd;
+        rw.olinked = 1;
+        rw.onext = fi->w_waiters;
+        if (fi->w_waiters)
+            fi->w_waiters->oprev = &rw;
+        fi->w_waiters = &rw;
+        rb_ensure(wait_body, (VALUE)&rw, owner_wait_ensure, (VALUE)&rw);
+        if (s->intrs)
+            deliver_interrupts(s, cur);
+    }
+}
+
+/* The IO's own timeout (IO#timeout, Ruby >= 3.2) as a deadline, or
+ * WEFT_FOREVER. *@set tells whether there was one. */
+static int64_t io_timeout_deadline(VALUE io, bool *set)
+{
+    *set = false;
+#ifdef HAVE_RB_IO_TIMEOUT
+    VALUE t = rb_io_timeout(rb_io_get_io(io));
+    if (!NIL_P(t)) {
+        *set = true;
+        return to_deadline(t);
+    }
+#else
+    (void)io;
+#endif
+    return WEFT_FOREVER;
+}
+
+/* What Ruby raises when an IO's own timeout passes (IO::TimeoutError, Ruby
+ * >= 3.2). */
+static void raise_io_timeout(int events)
+{
+    if (NIL_P(eIOTimeout))
+        rb_syserr_fail(ETIMEDOUT, "IO timeout");
+    rb_raise(eIOTimeout, "Timed out waiting for IO to become %s!",
+             events & WEFT_WRITABLE ? "writable" : "readable");
+}
+
+struct iowait_arg {
+    rsched *s;
+    int fd, ev;
+    int64_t deadline;
+    int rc;
+};
+
+static VALUE iowait_body(VALUE p)
+{
+    struct iowait_arg *a = (struct iowait_arg *)p;
+    a->rc = wait_fd(a->s, a->fd, a->ev, a->deadline);
+    return Qnil;
+}
+
+/* io_wait(io, events, timeout) -> ready events (Integer) or false. A nil
+ * timeout means the IO's own (IO#timeout, Ruby 3.2+): IO::TimeoutError
+ * when it passes. */
 static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
 {
     rsched *s = get_sched(self);
@@ -794,20 +1087,44 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
     int ev = NUM2INT(events) & (WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE);
     if (!ev)
         rb_raise(rb_eArgError, "io_wait: no events requested");
-    int64_t deadline = to_deadline(timeout);
+    bool io_tmo = false;
+    int64_t deadline = NIL_P(timeout) ? io_timeout_deadline(io, &io_tmo)
+                                      : to_deadline(timeout);
+    VALUE cur = rb_fiber_current();
     if (s->intrs)
-        deliver_interrupts(s, rb_fiber_current());
+        deliver_interrupts(s, cur);
     /* epoll is edge-triggered: look first. A ring's POLL_ADD checks the
      * current state when it is submitted, so there the look is a wasted
-     * system call (Ruby calls io_wait after EAGAIN) unless the caller
-     * will not wait at all. */
-    int rc = deadline == 0 || !weft__reactor_has_ops(&s->r) ? poll_now(fd, ev) : 0;
+     * system call for reads (Ruby calls io_wait after EAGAIN) unless the
+     * caller will not wait at all; a write rarely has to wait, and one
+     * that follows a split write must not switch fibers needlessly. */
+    int rc = deadline == 0 || !weft__reactor_has_ops(&s->r) || (ev & WEFT_WRITABLE)
+                 ? poll_now(fd, ev) : 0;
     if (rc == 0 && deadline != 0) {
-        fd_prepare(s, fd, io);
-        rc = wait_fd(s, fd, ev, deadline);
+        fdinfo *fi = fd_prepare(s, fd, io);
+        bool split = ev == WEFT_WRITABLE && s->lw_fiber == cur && s->lw_fd == fd &&
+                     s->hook_seq == s->lw_seq + 1 && NIL_P(fi->w_owner);
+        if (!split) {
+            rc = wait_fd(s, fd, ev, deadline);
+        } else {
+            fi->w_owner = cur; /* until our next io_write on it is done */
+            struct iowait_arg a = {s, fd, ev, deadline, 0};
+            int state = 0;
+            rb_protect(iowait_body, (VALUE)&a, &state);
+            rc = a.rc;
+            if (state || rc <= 0)
+                owner_release(s, fd);
+            if (state)
+                rb_jump_tag(state);
+        }
     }
     if (rc > 0)
         return INT2NUM(rc);
+    /* The IO's own timeout passed (no explicit one was given): raise, as
+     * Ruby does for its own blocking calls without a scheduler (and as
+     * Async does); an explicit timeout is the caller's to handle. */
+    if (rc == -ETIMEDOUT && io_tmo)
+        raise_io_timeout(ev);
     if (rc == 0 || rc == -ETIMEDOUT)
         return Qfalse;
     if (rc == -EBADF)
@@ -951,6 +1268,93 @@ static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
     return res;
 }
 
+/* ---- regular files off the loop --------------------------------------
+ *
+ * A read or write of a regular file never returns EAGAIN, so a large one
+ * would hold the whole loop (and every other fiber) while the kernel
+ * copies it. On io_uring it is a ring READ/WRITE (IOSQE_ASYNC from
+ * FILE_ASYNC_MIN bytes: inline completion from the page cache would copy
+ * inside the loop's own io_uring_enter). On epoll and poll, transfers of
+ * FILE_OFFLOAD_MIN bytes or more run on a thread of weft's offload pool
+ * while the fiber waits (smaller ones cost less than the hand-over). The
+ * wait cannot be cut short — the worker owns the buffer until it is done —
+ * so interrupts are delivered once it is. */
+#define FILE_ASYNC_MIN (64 * 1024)
+#define FILE_OFFLOAD_MIN (64 * 1024)
+/* Each op moves at most this much (a short transfer, which the hooks may
+ * return): a worker that copies for tens of milliseconds on one of two
+ * cores starves the thread Ruby 3.1 needs to hand its GVL back. */
+#define FILE_CHUNK (1024 * 1024)
+
+struct fileop {
+    weft__rjob job;
+    int fd, op;
+    void *buf;
+    size_t len;
+    off_t off;
+    ssize_t res;
+    int err;
+};
+
+static void fileop_run(void *p)
+{
+    struct fileop *f = p;
+    ssize_t n;
+    do {
+        switch (f->op) {
+        case OP_READ:
+            n = read(f->fd, f->buf, f->len);
+            break;
+        case OP_WRITE:
+            n = write(f->fd, f->buf, f->len);
+            break;
+        case OP_PREAD:
+            n = pread(f->fd, f->buf, f->len, f->off);
+            break;
+        default:
+            n = pwrite(f->fd, f->buf, f->len, f->off);
+            break;
+        }
+    } while (n < 0 && errno == EINTR);
+    f->res = n;
+    f->err = n < 0 ? errno : 0;
+}
+
+/* Run @f on the offload pool while the fiber waits; the byte count or
+ * -errno. @buffer is locked meanwhile. */
+static ssize_t file_offload(rsched *s, VALUE buffer, struct fileop *f)
+{
+    void *b;
+    size_t sz;
+    bool locked = false;
+    if (!(rb_io_buffer_get_bytes(buffer, &b, &sz) & RB_IO_BUFFER_LOCKED)) {
+        rb_io_buffer_lock(buffer);
+        locked = true;
+    }
+    rwait rw;
+    rw_begin(s, &rw, RW_IO);
+    rw.w.nocancel = true;
+    int rc = weft__rjob_submit(&f->job, &s->r, &rw.w, fileop_run, f);
+    int state = 0;
+    if (rc < 0) {
+        weft__wait_complete(&rw.w, 0);
+        fileop_run(f); /* no worker: do it here */
+        f->job.done = true;
+    } else {
+        rb_protect(wait_body, (VALUE)&rw, &state);
+    }
+    rw_end(&rw);
+    /* Unwinding (Thread#raise, kill): the worker still writes into the
+     * buffer; wait for it here, without switching fibers. */
+    while (!f->job.done && rw.epoch == s->epoch)
+        (void)weft__reactor_run_once(&s->r, true);
+    if (locked)
+        (void)rb_io_buffer_try_unlock(buffer);
+    if (state)
+        rb_jump_tag(state);
+    return f->res < 0 ? -f->err : f->res;
+}
+
 /* One loop for the four transfer hooks: transfer at least @length bytes
  * (0: a single attempt, -EAGAIN if it would block), waiting through the
  * reactor on EAGAIN. Returns the byte count, or -errno if nothing moved. */
@@ -968,19 +1372,26 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         length = size - offset;
     fdinfo *fi = fd_prepare(s, fd, io);
     int ev = writing_op ? WEFT_WRITABLE : WEFT_READABLE;
-    int64_t deadline = WEFT_FOREVER;
-#ifdef HAVE_RB_IO_TIMEOUT
-    /* IO#timeout (Ruby >= 3.2) bounds the whole transfer. */
-    VALUE tmo = rb_io_timeout(rb_io_get_io(io));
-    if (!NIL_P(tmo))
-        deadline = to_deadline(tmo);
-#endif
-    /* Ring ops (see ring_io) where they wait; a zero @length (a single
-     * attempt) and a zero deadline stay non-blocking system calls. */
-    bool ring = length > 0 && deadline != 0 && weft__reactor_has_ops(&s->r) &&
+    /* IO#timeout (Ruby >= 3.2) bounds the whole transfer; when it passes
+     * before anything moved, IO::TimeoutError, as without a scheduler. */
+    bool io_tmo;
+    int64_t deadline = io_timeout_deadline(io, &io_tmo);
+#define FAIL(rc_)                                                          \
+    do {                                                                   \
+        int f_ = (rc_);                                                    \
+        if (!total && f_ == -ETIMEDOUT && io_tmo)                          \
+            raise_io_timeout(ev);                                          \
+        return total ? SIZET2NUM(total) : INT2NUM(f_);                     \
+    } while (0)
+    /* Ring ops (see ring_io) where they wait, and for regular files (which
+     * never say EAGAIN: see file_offload) even for a single attempt; a
+     * zero @length on anything else and a zero deadline stay non-blocking
+     * system calls. */
+    bool has_ops = weft__reactor_has_ops(&s->r);
+    bool ring = deadline != 0 && has_ops &&
                 (fi->is_reg ||
-                 (fi->is_sock && (op == OP_READ || op == OP_WRITE)) ||
-                 (fi->is_fifo && op == OP_READ));
+                 (length > 0 && ((fi->is_sock && (op == OP_READ || op == OP_WRITE)) ||
+                                 (fi->is_fifo && op == OP_READ))));
     VALUE cur = ring ? rb_fiber_current() : Qnil;
     size_t total = 0;
     for (;;) {
@@ -996,7 +1407,9 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                 deliver_interrupts(s, cur);
             }
             weft__opdesc d = {.fd = fd, .buf = (char *)base + offset,
-                              .len = max, .off = -1};
+                              .len = fi->is_reg && max > FILE_CHUNK ? FILE_CHUNK : max,
+                              .off = -1,
+                              .async = fi->is_reg && max >= FILE_ASYNC_MIN};
             switch (op) {
             case OP_READ:
                 d.op = fi->is_sock ? WEFT__OP_RECV : WEFT__OP_READ;
@@ -1023,7 +1436,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                 /* A kernel that will not wait on an O_NONBLOCK file. */
                 int rc = wait_fd(s, fd, ev, deadline);
                 if (rc < 0)
-                    return total ? SIZET2NUM(total) : INT2NUM(rc);
+                    FAIL(rc);
                 get_buffer(buffer, !writing_op, &base, &size);
                 if (offset > size)
                     break;
@@ -1032,8 +1445,20 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             if (res == -ECANCELED && s->intrs && intr_pending(s, cur))
                 continue; /* raised at the top (or the bytes returned) */
             if (res < 0)
-                return total ? SIZET2NUM(total) : INT2NUM(res);
+                FAIL(res);
             n = res;
+            goto moved;
+        }
+        if (fi->is_reg && !has_ops && deadline != 0 && max >= FILE_OFFLOAD_MIN) {
+            struct fileop f = {.fd = fd, .op = op, .buf = (char *)base + offset,
+                               .len = max > FILE_CHUNK ? FILE_CHUNK : max,
+                               .off = from + (off_t)total};
+            n = file_offload(s, buffer, &f);
+            get_buffer(buffer, !writing_op, &base, &size);
+            if (n < 0) {
+                err = (int)-n;
+                n = -1;
+            }
             goto moved;
         }
         if (!fi->nonblock && !fi->is_reg && !fi->is_sock &&
@@ -1084,7 +1509,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         if ((err == EAGAIN || err == EWOULDBLOCK) && length > 0) {
             int rc = deadline == 0 ? -ETIMEDOUT : wait_fd(s, fd, ev, deadline);
             if (rc < 0)
-                return total ? SIZET2NUM(total) : INT2NUM(rc);
+                FAIL(rc);
             /* The buffer may have been resized while we waited. */
             get_buffer(buffer, !writing_op, &base, &size);
             if (offset > size)
@@ -1094,6 +1519,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         return total ? SIZET2NUM(total) : INT2NUM(-err);
     }
     return SIZET2NUM(total);
+#undef FAIL
 }
 
 /* io_read(io, buffer, length)          (3.1)
@@ -1106,12 +1532,50 @@ static VALUE s_io_read(int argc, VALUE *argv, VALUE self)
     return do_io(s, argv[0], argv[1], NUM2SIZET(argv[2]), offset, 0, OP_READ);
 }
 
+struct write_arg {
+    rsched *s;
+    int argc;
+    VALUE *argv;
+    int fd;
+};
+
+static VALUE write_body(VALUE p)
+{
+    struct write_arg *a = (struct write_arg *)p;
+    size_t offset = a->argc > 3 ? NUM2SIZET(a->argv[3]) : 0;
+    return do_io(a->s, a->argv[0], a->argv[1], NUM2SIZET(a->argv[2]), offset,
+                 0, OP_WRITE);
+}
+
+static VALUE write_release(VALUE p)
+{
+    struct write_arg *a = (struct write_arg *)p;
+    owner_release(a->s, a->fd);
+    return Qnil;
+}
+
+/* io_write: one write call at a time per descriptor. A write that has to
+ * wait (a full pipe, a ring WRITE to a file) keeps the descriptor's writer
+ * role until it is done, so no other fiber's bytes land in the middle of
+ * it; see "one writer at a time" for Ruby 3.1's split writes. */
 static VALUE s_io_write(int argc, VALUE *argv, VALUE self)
 {
     rb_check_arity(argc, 3, 4);
     rsched *s = get_sched(self);
-    size_t offset = argc > 3 ? NUM2SIZET(argv[3]) : 0;
-    return do_io(s, argv[0], argv[1], NUM2SIZET(argv[2]), offset, 0, OP_WRITE);
+    VALUE io = argv[0];
+    int fd = io_fd(io);
+    VALUE cur = rb_fiber_current();
+    fd_prepare(s, fd, io);
+    owner_wait(s, fd, cur);
+    s->fdi[fd].w_owner = cur;
+    struct write_arg a = {s, argc, argv, fd};
+    VALUE r = rb_ensure(write_body, (VALUE)&a, write_release, (VALUE)&a);
+    if (FIXNUM_P(r) && FIX2LONG(r) > 0) {
+        s->lw_fiber = cur;
+        s->lw_fd = fd;
+        s->lw_seq = s->hook_seq;
+    }
+    return r;
 }
 
 static off_t file_offset(VALUE v, int encoded)
@@ -1164,6 +1628,180 @@ static VALUE s_io_close(VALUE self, VALUE io)
     if (fd < s->nfdi)
         s->fdi[fd].io = Qnil;
     return Qtrue;
+}
+
+/* ---- io_select --------------------------------------------------------
+ *
+ * IO.select(readables, writables, exceptables, timeout) on the reactor:
+ * Ruby 3.3 calls this hook; on Ruby 3.1, which has none, lib/weft/
+ * scheduler.rb routes IO.select and Kernel#select from non-blocking fibers
+ * here. What is ready now (buffered input counts as readable, as for
+ * Ruby) is answered at once; otherwise one wait per descriptor, all
+ * waking the fiber, and a deadline; then the sets are looked at again.
+ * Returns [readables, writables, exceptables] (the objects given, not
+ * their #to_io) or nil when the timeout passes. A closed IO raises
+ * IOError ("closed stream"), before or during the wait. */
+
+enum { SEL_R, SEL_W, SEL_E };
+
+struct selent {
+    VALUE obj, io;
+    int fd, set;
+};
+
+struct select_arg {
+    rsched *s;
+    struct selent *e;
+    long n;
+    weft__wait *subs;
+    rwait *rw;
+    int64_t deadline;
+};
+
+static void sel_sub_wake(weft__wait *w)
+{
+    rwait *rw = w->owner;
+    if (rw->w.active)
+        weft__wait_complete(&rw->w, 0);
+}
+
+/* The current IO behind each entry (re-checked after a wait: a closed one
+ * raises IOError). */
+static void sel_refresh(struct select_arg *a)
+{
+    for (long i = 0; i < a->n; i++) {
+        VALUE io = rb_io_get_io(a->e[i].obj);
+        a->e[i].io = io;
+        a->e[i].fd = rb_io_descriptor(io); /* IOError: closed stream */
+    }
+}
+
+/* The ready entries now, as the result triple, or Qnil. */
+static VALUE sel_ready(struct select_arg *a)
+{
+    VALUE out[3] = {Qnil, Qnil, Qnil};
+    bool any = false;
+    long n = a->n;
+    struct pollfd pfd_small[16];
+    struct pollfd *pfd = n <= 16 ? pfd_small : ALLOC_N(struct pollfd, n);
+    for (long i = 0; i < n; i++) {
+        short ev = a->e[i].set == SEL_R ? POLLIN : a->e[i].set == SEL_W ? POLLOUT : POLLPRI;
+        pfd[i] = (struct pollfd){.fd = a->e[i].fd, .events = ev};
+    }
+    int rc;
+    while ((rc = poll(pfd, (nfds_t)n, 0)) < 0 && errno == EINTR)
+        ;
+    int err = rc < 0 ? errno : 0;
+    for (long i = 0; i < n && !err; i++) {
+        bool ready = pfd[i].revents != 0;
+        if (pfd[i].revents & POLLNVAL)
+            err = EBADF;
+        if (!ready && a->e[i].set == SEL_R) {
+            rb_io_t *fptr;
+            RB_IO_POINTER(a->e[i].io, fptr);
+            ready = rb_io_read_pending(fptr) > 0;
+        }
+        if (ready) {
+            int k = a->e[i].set;
+            if (NIL_P(out[k]))
+                out[k] = rb_ary_new();
+            rb_ary_push(out[k], a->e[i].obj);
+            any = true;
+        }
+    }
+    if (pfd != pfd_small)
+        xfree(pfd);
+    if (err)
+        rb_syserr_fail(err, "select");
+    if (!any)
+        return Qnil;
+    for (int k = 0; k < 3; k++)
+        if (NIL_P(out[k]))
+            out[k] = rb_ary_new();
+    return rb_ary_new_from_values(3, out);
+}
+
+static VALUE sel_wait_body(VALUE p)
+{
+    struct select_arg *a = (struct select_arg *)p;
+    rsched *s = a->s;
+    for (long i = 0; i < a->n; i++) {
+        static const uint32_t evs[3] = {WEFT_READABLE, WEFT_WRITABLE, WEFT_PRIORITY};
+        weft__wait *w = &a->subs[i];
+        fd_prepare(s, a->e[i].fd, a->e[i].io);
+        weft__wait_init(w, &s->r, sel_sub_wake, a->rw);
+        int rc = weft__wait_arm_fd(w, a->e[i].fd, evs[a->e[i].set]);
+        if (rc < 0) {
+            weft__wait_complete(w, rc);
+            weft__wait_complete(&a->rw->w, rc);
+            break;
+        }
+    }
+    wait_for(s, a->rw);
+    return Qnil;
+}
+
+static VALUE sel_wait_ensure(VALUE p)
+{
+    struct select_arg *a = (struct select_arg *)p;
+    for (long i = 0; i < a->n; i++)
+        if (a->subs[i].r && a->subs[i].active)
+            weft__wait_complete(&a->subs[i], -ECANCELED);
+    rw_end(a->rw);
+    return Qnil;
+}
+
+static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
+{
+    rb_check_arity(argc, 1, 4);
+    rsched *s = get_sched(self);
+    int64_t deadline = to_deadline(argc > 3 ? argv[3] : Qnil);
+    VALUE keep = rb_ary_new(); /* the objects, whatever happens to the sets */
+    for (int k = 0; k < 3 && k < argc; k++) {
+        if (NIL_P(argv[k]))
+            continue;
+        VALUE set = rb_convert_type(argv[k], T_ARRAY, "Array", "to_ary");
+        for (long i = 0; i < RARRAY_LEN(set); i++) {
+            rb_ary_push(keep, RARRAY_AREF(set, i));
+            rb_ary_push(keep, INT2FIX(k));
+        }
+    }
+    long n = RARRAY_LEN(keep) / 2;
+    VALUE ev = 0, sv = 0;
+    struct selent *e = ALLOCV_N(struct selent, ev, n ? n : 1);
+    weft__wait *subs = ALLOCV_N(weft__wait, sv, n ? n : 1);
+    memset(subs, 0, sizeof *subs * (size_t)(n ? n : 1));
+    for (long i = 0; i < n; i++) {
+        e[i].obj = RARRAY_AREF(keep, 2 * i);
+        e[i].set = FIX2INT(RARRAY_AREF(keep, 2 * i + 1));
+    }
+    struct select_arg a = {s, e, n, subs, NULL, deadline};
+    VALUE result = Qnil;
+    VALUE cur = rb_fiber_current();
+    for (;;) {
+        if (s->intrs)
+            deliver_interrupts(s, cur);
+        sel_refresh(&a);
+        result = sel_ready(&a);
+        if (!NIL_P(result) || deadline == 0 ||
+            (deadline != WEFT_FOREVER && weft_now() >= deadline))
+            break;
+        rwait rw;
+        rw_begin(s, &rw, RW_IO);
+        a.rw = &rw;
+        memset(subs, 0, sizeof *subs * (size_t)(n ? n : 1));
+        int rc = weft__wait_arm_deadline(&rw.w, deadline);
+        if (rc < 0)
+            weft__wait_complete(&rw.w, rc);
+        rb_ensure(sel_wait_body, (VALUE)&a, sel_wait_ensure, (VALUE)&a);
+        rc = rw.w.result;
+        if (rc < 0 && rc != -ETIMEDOUT && rc != -ECANCELED && rc != -EBADF)
+            rb_syserr_fail(-rc, "select");
+    }
+    ALLOCV_END(ev);
+    ALLOCV_END(sv);
+    RB_GC_GUARD(keep);
+    return result;
 }
 
 /* kernel_sleep(duration = nil) */
@@ -1241,23 +1879,58 @@ static VALUE s_unblock(VALUE self, VALUE blocker, VALUE fiber)
     return Qnil;
 }
 
-/* Start @fiber (created by #fiber): transfer to it now. The caller goes
- * back on the ready list, unless it is the loop fiber (or becomes it). */
-struct start_arg {
-    rsched *s;
-    rwait *rw;
-    VALUE fiber;
-    int argc;
-    const VALUE *argv;
-};
+/* ---- fibers: start, end, errors ------------------------------------- */
 
-/* The body of every scheduled fiber: the user's block, with Weft::Stop
- * (Scheduler#stop) ending the fiber quietly. In C rather than a Ruby
+static VALUE stop_exception(const char *why)
+{
+    return rb_exc_new_cstr(eStop, why);
+}
+
+/* Queue @exc for every fiber waiting in a hook and wake them all (a
+ * nocancel wait is woken when its op is over). Returns how many. */
+static long stop_all(rsched *s, VALUE exc)
+{
+    long n = 0;
+    for (rwait *rw = s->all; rw; rw = rw->anext) {
+        rintr *ri = ZALLOC(rintr);
+        ri->s = s;
+        ri->fiber = rw->fiber;
+        ri->klass = ri->message = Qnil;
+        ri->exc = exc;
+        ri->heap = 1;
+        ri->fired = 1;
+        ri->timer.idx = WEFT__TIMER_IDLE;
+        intr_link(s, ri);
+        n++;
+    }
+    for (rwait *rw = s->all; rw; rw = rw->anext)
+        if (rw->w.active && !rw->w.nocancel)
+            weft__wait_complete(&rw->w, -ECANCELED);
+    return n;
+}
+
+/* Raise (and forget) what ended fibers left: a fatal exception first,
+ * else the first error. */
+static void raise_pending(rsched *s)
+{
+    VALUE e = !NIL_P(s->fatal) ? s->fatal : s->first_error;
+    s->fatal = s->first_error = Qnil;
+    if (!NIL_P(e))
+        rb_exc_raise(e);
+}
+
+/* The body of every scheduled fiber: the user's block. An exception that
+ * ends it does not escape into whatever fiber runs next (the loop, a
+ * fiber that handed off): Weft::Stop ends it quietly; SystemExit and
+ * signals stop every fiber and are raised by #run / #close; any other is
+ * reported on $stderr (report_on_exception) and the first one is raised
+ * by #run / #close once every fiber has ended. In C rather than a Ruby
  * wrapper block: a fiber start costs ~25% less. */
 struct entry_arg {
     VALUE proc;
     int argc;
     const VALUE *argv;
+    bool quiet;                 /* the block of Weft.run: raised, not reported */
 };
 
 static VALUE entry_call(VALUE p)
@@ -1266,81 +1939,199 @@ static VALUE entry_call(VALUE p)
     return rb_proc_call_with_block(a->proc, a->argc, a->argv, Qnil);
 }
 
-static VALUE entry_stopped(VALUE p, VALUE exc)
+static void report_error(VALUE exc)
 {
-    (void)p;
-    (void)exc;
+    VALUE msg = rb_sprintf("%"PRIsVALUE" terminated with exception "
+                           "(report_on_exception is true):\n",
+                           rb_inspect(rb_fiber_current()));
+    VALUE opts = rb_hash_new();
+    rb_hash_aset(opts, ID2SYM(rb_intern("highlight")), Qfalse);
+    VALUE full = rb_funcallv_kw(exc, id_full_message, 1, &opts, RB_PASS_KEYWORDS);
+    rb_str_append(msg, rb_obj_as_string(full));
+    rb_io_write(rb_stderr, msg);
+}
+
+static VALUE report_body(VALUE exc)
+{
+    report_error(exc);
     return Qnil;
+}
+
+static VALUE entry_failed(VALUE p, VALUE exc)
+{
+    struct entry_arg *a = (struct entry_arg *)p;
+    if (rb_obj_is_kind_of(exc, eStop))
+        return Qnil;
+    VALUE sched = rb_fiber_scheduler_get();
+    if (NIL_P(sched) || !rb_typeddata_is_kind_of(sched, &sched_type))
+        rb_exc_raise(exc); /* not ours any more: as Ruby would */
+    rsched *s = get_raw(sched);
+    if (rb_obj_is_kind_of(exc, rb_eSystemExit) ||
+        rb_obj_is_kind_of(exc, rb_eSignal)) {
+        if (NIL_P(s->fatal))
+            s->fatal = exc;
+        if (s->r_live)
+            stop_all(s, stop_exception("stopped: another fiber raised SystemExit or a signal"));
+        return Qnil;
+    }
+    if (NIL_P(s->first_error))
+        s->first_error = exc;
+    if (s->report && !a->quiet) {
+        int state = 0;
+        rb_protect(report_body, exc, &state); /* a closed $stderr loses nothing else */
+        if (state)
+            rb_set_errinfo(Qnil);
+    }
+    return Qnil;
+}
+
+static VALUE entry_run(VALUE proc, int argc, const VALUE *argv, bool quiet)
+{
+    struct entry_arg a = {proc, argc, argv, quiet};
+    return rb_rescue2(entry_call, (VALUE)&a, entry_failed, (VALUE)&a,
+                      rb_eException, (VALUE)0);
 }
 
 static VALUE fiber_entry(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, proc))
 {
     (void)yielded;
     (void)blockarg;
-    struct entry_arg a = {proc, argc, argv};
-    return rb_rescue2(entry_call, (VALUE)&a, entry_stopped, Qnil, eStop, (VALUE)0);
+    return entry_run(proc, argc, argv, false);
 }
+
+static VALUE fiber_entry_quiet(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, proc))
+{
+    (void)yielded;
+    (void)blockarg;
+    return entry_run(proc, argc, argv, true);
+}
+
+/* Fiber.schedule resumes the new fiber (see "switching"): it runs in the
+ * caller's resume chain until its first wait or its end. */
+struct start_arg {
+    rsched *s;
+    VALUE fiber;
+    int argc;
+    const VALUE *argv;
+    VALUE saved;
+    bool saved_chained;
+};
 
 static VALUE start_body(VALUE p)
 {
     struct start_arg *a = (struct start_arg *)p;
-    rb_fiber_transfer(a->fiber, a->argc, a->argv);
-    wait_for(a->s, a->rw);
+    a->s->entered = a->fiber;
+    a->s->entered_chained = true;
+    rb_fiber_resume(a->fiber, a->argc, a->argv);
     return Qnil;
 }
 
-/* fiber(*args) { |*args| ... }: Fiber.schedule — start a non-blocking
- * fiber now, passing it @args. A fiber ended by Weft::Stop ends quietly. */
-static VALUE s_fiber(int argc, VALUE *argv, VALUE self)
+static VALUE start_restore(VALUE p)
+{
+    struct start_arg *a = (struct start_arg *)p;
+    a->s->entered = a->saved;
+    a->s->entered_chained = a->saved_chained;
+    return Qnil;
+}
+
+static VALUE start_fiber(VALUE self, int argc, VALUE *argv, bool quiet)
 {
     rsched *s = get_sched(self);
     if (!rb_block_given_p())
         rb_raise(rb_eArgError, "Weft::Scheduler#fiber needs a block");
     VALUE proc = rb_block_proc();
-    VALUE body = rb_proc_new(fiber_entry, proc);
+    VALUE body = rb_proc_new(quiet ? fiber_entry_quiet : fiber_entry, proc);
     VALUE fiber = rb_funcall_with_block(cFiber, id_new, 0, NULL, body);
     RB_GC_GUARD(proc);
-    VALUE cur = rb_fiber_current();
-    if (!s->running && (cur == s->loop_fiber || NIL_P(s->loop_fiber) ||
-                        rb_fiber_scheduler_current() != self)) {
-        s->loop_fiber = cur;
-        rb_fiber_transfer(fiber, argc, argv);
-        return fiber;
-    }
-    if (s->running && cur == s->loop_fiber) {
-        rb_fiber_transfer(fiber, argc, argv);
-        return fiber;
-    }
-    rwait rw;
-    rw_begin(s, &rw, RW_YIELD);
-    weft__wait_complete(&rw.w, 0);
-    struct start_arg a = {s, &rw, fiber, argc, argv};
-    rb_ensure(start_body, (VALUE)&a, wait_ensure, (VALUE)&rw);
+    struct start_arg a = {s, fiber, argc, argv, s->entered, s->entered_chained};
+    rb_ensure(start_body, (VALUE)&a, start_restore, (VALUE)&a);
     return fiber;
 }
 
-/* run: drive the loop until no fiber waits. */
+/* fiber(*args) { |*args| ... }: Fiber.schedule — start a non-blocking
+ * fiber now, passing it @args; returns when it first waits or ends. */
+static VALUE s_fiber(int argc, VALUE *argv, VALUE self)
+{
+    return start_fiber(self, argc, argv, false);
+}
+
+/* _fiber_quiet { }: the same for a fiber whose exception the caller raises
+ * itself (Weft.run's block): recorded for #run, not reported. */
+static VALUE s_fiber_quiet(VALUE self)
+{
+    return start_fiber(self, 0, NULL, true);
+}
+
+/* run: drive the loop until no fiber waits, then raise what the fibers
+ * left (see entry_failed). */
 static VALUE s_run(VALUE self)
 {
     rsched *s = get_sched(self);
-    run_loop(s, NULL);
+    run_loop(s, NULL, Qnil);
+    raise_pending(s);
     return Qnil;
 }
 
-/* scheduler_close / close: run to completion, then release the reactor. */
+/* _run_until(fiber): drive the loop until @fiber has ended (other fibers
+ * may still wait). */
+static VALUE s_run_until(VALUE self, VALUE fiber)
+{
+    rsched *s = get_sched(self);
+    if (!rb_obj_is_kind_of(fiber, cFiber))
+        rb_raise(rb_eTypeError, "not a Fiber");
+    if (RTEST(rb_fiber_alive_p(fiber)))
+        run_loop(s, NULL, fiber);
+    return Qnil;
+}
+
+static bool thread_aborting(VALUE thread)
+{
+    VALUE st = rb_funcall(thread, id_status, 0);
+    return RB_TYPE_P(st, T_STRING) && strcmp(StringValueCStr(st), "aborting") == 0;
+}
+
+/* Forget every waiting fiber without running it (a third close attempt):
+ * their waits belong to an old epoch from now on, so nothing they do
+ * touches this scheduler. */
+static void abandon_fibers(rsched *s)
+{
+    s->epoch++;
+    s->all = NULL;
+    s->rq_head = s->rq_tail = NULL;
+    st_clear(s->waiting);
+    free_heap_intrs(s);
+}
+
+/* scheduler_close / close: run every fiber to its end, release the
+ * reactor, then raise what the fibers left. When the owner thread is
+ * being killed, or an earlier close was interrupted (a second Ctrl-C),
+ * every fiber is first stopped with Weft::Stop (its ensure clauses run);
+ * a third attempt gives up on the fibers still waiting. */
 static VALUE s_close(VALUE self)
 {
     rsched *s = get_raw(self);
     if (s->closed || !s->r_live)
         return Qnil;
+    if (!s->bound && s->thread != rb_thread_current()) {
+        finalize(s); /* never used: no fiber to run */
+        return Qnil;
+    }
     s = get_sched(self);
     if (s->running) {
         s->close_pending = true;
         return Qnil;
     }
-    run_loop(s, NULL);
+    s->closing++;
+    if (s->closing > 2) {
+        abandon_fibers(s);
+    } else {
+        if (s->closing == 2 || thread_aborting(s->thread))
+            stop_all(s, stop_exception("scheduler closed"));
+        run_loop(s, NULL, Qnil);
+    }
     if (s->r_live)
         finalize(s);
+    raise_pending(s);
     return Qnil;
 }
 
@@ -1348,6 +2139,17 @@ static VALUE s_closed_p(VALUE self)
 {
     rsched *s = get_raw(self);
     return s->closed || !s->r_live ? Qtrue : Qfalse;
+}
+
+static VALUE s_report_get(VALUE self)
+{
+    return get_raw(self)->report ? Qtrue : Qfalse;
+}
+
+static VALUE s_report_set(VALUE self, VALUE v)
+{
+    get_raw(self)->report = RTEST(v);
+    return v;
 }
 
 /* timeout_after(duration, klass, message) { |duration| ... } */
@@ -1414,23 +2216,7 @@ static VALUE s_stop(VALUE self, VALUE exc)
     rsched *s = get_sched(self);
     if (!rb_obj_is_kind_of(exc, rb_eException))
         rb_raise(rb_eTypeError, "not an exception");
-    long n = 0;
-    for (rwait *rw = s->all; rw; rw = rw->anext) {
-        rintr *ri = ZALLOC(rintr);
-        ri->s = s;
-        ri->fiber = rw->fiber;
-        ri->klass = ri->message = Qnil;
-        ri->exc = exc;
-        ri->heap = 1;
-        ri->fired = 1;
-        ri->timer.idx = WEFT__TIMER_IDLE;
-        intr_link(s, ri);
-        n++;
-    }
-    for (rwait *rw = s->all; rw; rw = rw->anext)
-        if (rw->w.active && !rw->w.nocancel)
-            weft__wait_complete(&rw->w, -ECANCELED);
-    return LONG2NUM(n);
+    return LONG2NUM(stop_all(s, exc));
 }
 
 /* pidfd_open(pid) -> fd; raises SystemCallError (ENOSYS, ESRCH, ...) */
@@ -1487,8 +2273,18 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     }
     id_new = rb_intern("new");
     id_closed_p = rb_intern("closed?");
+    id_full_message = rb_intern("full_message");
+    id_status = rb_intern("status");
     cFiber = rb_const_get(rb_cObject, rb_intern("Fiber"));
     rb_gc_register_mark_object(cFiber);
+    eFiberError = rb_const_get(rb_cObject, rb_intern("FiberError"));
+    rb_gc_register_mark_object(eFiberError);
+    /* IO::TimeoutError (Ruby >= 3.2): what IO#timeout raises */
+    eIOTimeout = Qnil;
+    if (rb_const_defined(rb_cIO, rb_intern("TimeoutError"))) {
+        eIOTimeout = rb_const_get(rb_cIO, rb_intern("TimeoutError"));
+        rb_gc_register_mark_object(eIOTimeout);
+    }
     mWeft = rb_define_module("Weft");
     eWeftError = rb_define_class_under(mWeft, "Error", rb_eStandardError);
     /* Raised in waiting fibers by Scheduler#stop (see lib/weft/scheduler.rb) */
@@ -1503,11 +2299,16 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     rb_define_method(cScheduler, "io_pread", s_io_pread, -1);
     rb_define_method(cScheduler, "io_pwrite", s_io_pwrite, -1);
     rb_define_method(cScheduler, "io_close", s_io_close, 1);
+    rb_define_method(cScheduler, "io_select", s_io_select, -1);
     rb_define_method(cScheduler, "kernel_sleep", s_kernel_sleep, -1);
     rb_define_method(cScheduler, "block", s_block, -1);
     rb_define_method(cScheduler, "unblock", s_unblock, 2);
     rb_define_method(cScheduler, "fiber", s_fiber, -1);
     rb_define_method(cScheduler, "_fiber", s_fiber, -1);
+    rb_define_method(cScheduler, "_fiber_quiet", s_fiber_quiet, 0);
+    rb_define_method(cScheduler, "_run_until", s_run_until, 1);
+    rb_define_method(cScheduler, "report_on_exception", s_report_get, 0);
+    rb_define_method(cScheduler, "report_on_exception=", s_report_set, 1);
     rb_define_method(cScheduler, "stop", s_stop, 1);
     rb_define_method(cScheduler, "run", s_run, 0);
     rb_define_method(cScheduler, "close", s_close, 0);

@@ -3,32 +3,38 @@
 require "timeout"
 
 module Weft
-  # Raised by Future#value when the timeout passes first.
-  class TimeoutError < Timeout::Error; end
-
   # The read side of a Promise: a value (or an error) that arrives later,
   # from a fiber or another thread.
   class Future
-    # A future resolved by running the block in a new scheduled fiber.
+    # A future resolved by running the block in a new task (Weft::Task) of
+    # the current scheduler; Future#stop stops that task.
     def self.spawn(&block)
       promise = Promise.new
-      Fiber.schedule do
-        promise.fulfill(block.call)
+      future = promise.future
+      future._task = Task.new do
+        promise.try_fulfill(block.call)
       rescue Exception => e # rubocop:disable Lint/RescueException
-        promise.reject(e)
+        promise.try_reject(e)
+        raise if e.is_a?(Stop) # the task ends as stopped
       end
-      promise.future
+      future
     end
 
     # A future resolved by whichever of +futures+ resolves first (value or
-    # error).
-    def self.any(*futures)
+    # error). With +cancel_rest: true+, the others are stopped as soon as
+    # one has resolved (Future#stop: their tasks get Weft::Stop, their
+    # ensure clauses run), so that nobody waits for results nobody can
+    # observe any more.
+    def self.any(*futures, cancel_rest: false)
       futures = futures.flatten
       raise ArgumentError, "Future.any needs at least one future" if futures.empty?
 
       promise = Promise.new
       futures.each do |f|
-        f.on_resolve { |ok, v| ok ? promise.try_fulfill(v) : promise.try_reject(v) }
+        f.on_resolve do |ok, v|
+          won = ok ? promise.try_fulfill(v) : promise.try_reject(v)
+          futures.each { |other| other.stop unless other.equal?(f) } if won && cancel_rest
+        end
       end
       promise.future
     end
@@ -57,7 +63,12 @@ module Weft
       promise.future
     end
 
+    # :nodoc: the task that resolves this future (Future.spawn), or the
+    # future a #then step waits on.
+    attr_writer :_task, :_source
+
     def initialize
+      @_task = @_source = nil
       @mutex = Thread::Mutex.new
       @condition = Thread::ConditionVariable.new
       @state = :pending
@@ -92,12 +103,24 @@ module Weft
 
     alias wait value
 
+    # Stop the work that would resolve this future: the task of
+    # Future.spawn, or for a #then step the future it waits on. A resolved
+    # future, or one resolved by a Promise, is left alone. Returns self.
+    def stop
+      return self if resolved?
+
+      @_task&.stop
+      @_source&.stop
+      self
+    end
+
     # A future of the block's result applied to this value (errors pass
     # through, and an error raised by the block rejects the new future).
     def then(&block)
       raise ArgumentError, "Future#then needs a block" unless block
 
       promise = Promise.new
+      promise.future._source = self
       on_resolve do |ok, v|
         if ok
           begin

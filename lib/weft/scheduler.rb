@@ -56,11 +56,6 @@ module Weft
       end.value
     end
 
-    # io_select(readables, writables, exceptables, timeout) (Ruby >= 3.3)
-    def io_select(*arguments)
-      Thread.new { IO.select(*arguments) }.value
-    end
-
     # blocking_operation_wait(work) (Ruby >= 3.4)
     def blocking_operation_wait(work)
       Thread.new { work.call }.value
@@ -117,5 +112,36 @@ module Weft
     end
 
     _set_offset_encoding(*probe_offset_encoding)
+  end
+
+  # Ruby 3.1 has no io_select hook: IO.select (and Kernel#select) in a
+  # non-blocking fiber would block the whole thread in select(2). Route
+  # them to Scheduler#io_select, which waits on the reactor like every
+  # other hook. Elsewhere (blocking fibers, other schedulers) nothing
+  # changes. Ruby >= 3.2 calls the hook itself.
+  module SelectThroughScheduler
+    def select(*arguments)
+      scheduler = Fiber.scheduler
+      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.io_select(*arguments)
+    end
+  end
+  private_constant :SelectThroughScheduler
+
+  if RUBY_VERSION < "3.2"
+    IO.singleton_class.prepend(SelectThroughScheduler)
+    Kernel.prepend(Module.new do
+      private
+
+      define_method(:select) do |*arguments|
+        return super(*arguments) unless arguments.first.is_a?(Array) || arguments.first.nil?
+
+        scheduler = Fiber.scheduler
+        return super(*arguments) unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+        scheduler.io_select(*arguments)
+      end
+    end)
   end
 end

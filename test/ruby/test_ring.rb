@@ -156,7 +156,8 @@ class TestRing < Minitest::Test
   end
 
   # Thread#raise landing in the very fiber whose op is in flight (it runs
-  # the loop itself: no Fiber.schedule yet): it unwinds through its wait.
+  # the loop itself: entered by transfer, it has no resumer to yield to,
+  # and no loop runs yet): it unwinds through its wait.
   def test_thread_raise_lands_in_the_fiber_whose_read_is_in_flight
     a, b = UNIXSocket.pair
     state = Queue.new
@@ -169,7 +170,7 @@ class TestRing < Minitest::Test
         Fiber.new(blocking: false) do
           state << s.backend
           s.io_read(a, buf, 4)
-        end.resume
+        end.transfer
         state << :not_interrupted
       rescue Interrupt
         state << [:interrupted, buf.locked?, s.stats[:ops_inflight], s.stats[:waits]]

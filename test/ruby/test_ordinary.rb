@@ -1,0 +1,466 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+require "stringio"
+require "tempfile"
+require "pty"
+require "rbconfig"
+
+# Ordinary programs, as a new user writes them (issue 13): several fibers
+# that raise, print, select, read files and sockets at once. Each test
+# names the defect it guards against.
+class TestOrdinary < Minitest::Test
+  include WeftTestHelper
+
+  def capture_stderr
+    old = $stderr
+    $stderr = StringIO.new
+    yield
+    $stderr.string
+  ensure
+    $stderr = old
+  end
+
+  def ruby_child(code, timeout: 20)
+    out, status = nil
+    ext = File.dirname($LOADED_FEATURES.grep(%r{/weft/weft\.so\z}).first.to_s, 2)
+    IO.popen([RbConfig.ruby, "-I", ext, "-I", File.expand_path("../../lib", __dir__),
+              "-e", code, err: %i[child out]]) do |io|
+      Timeout.timeout(timeout) { out = io.read }
+    end
+    status = $?
+    [out, status]
+  end
+
+  # 1. Errors in several fibers: each reported once, the first raised after
+  # every fiber ended, the scheduler restored, nothing left for the next run.
+  def test_errors_in_several_fibers
+    finished = []
+    err = nil
+    text = capture_stderr do
+      err = assert_raises(RuntimeError) do
+        Weft.run do
+          3.times do |i|
+            Fiber.schedule do
+              sleep 0.001 * (i + 1)
+              raise "boom #{i}"
+            end
+          end
+          Fiber.schedule { sleep 0.02; finished << :survivor }
+        end
+      end
+    end
+    assert_equal "boom 0", err.message
+    assert_equal [:survivor], finished, "the other fibers ran to their end"
+    3.times { |i| assert_equal 1, text.scan("boom #{i} (RuntimeError)").size, text }
+    assert_equal 3, text.scan("terminated with exception").size
+    assert_nil Fiber.scheduler
+    assert_equal :clean, Weft.run { Fiber.schedule { sleep 0.001 }; :clean }
+  end
+
+  def test_report_on_exception_can_be_turned_off_and_the_block_error_is_raised_not_reported
+    text = capture_stderr do
+      assert_raises(ArgumentError) do
+        Weft.run(report_on_exception: false) { Fiber.schedule { raise ArgumentError } }
+      end
+      assert_raises(KeyError) { Weft.run { raise KeyError } }
+    end
+    assert_equal "", text
+  end
+
+  def test_plain_scheduler_raises_fiber_errors_from_run_and_close
+    s = Weft::Scheduler.new(report_on_exception: false)
+    Fiber.set_scheduler(s)
+    Fiber.schedule { raise IndexError }
+    assert_raises(IndexError) { s.run }
+    Fiber.schedule { sleep 0.001; raise NameError }
+    # close raised (after every fiber ended and the reactor was released):
+    # as for any scheduler whose close raises, Ruby leaves it installed.
+    assert_raises(NameError) { Fiber.set_scheduler(nil) }
+    assert s.closed?
+    Fiber.set_scheduler(nil)
+    assert_nil Fiber.scheduler
+  end
+
+  # 2. Output order: a puts is never split by another fiber's write, also
+  # when the descriptor is full and the writer has to wait.
+  def check_lines(text, fibers, rounds)
+    lines = text.lines
+    bad = lines.reject { |l| l.match?(/\Aline \d+ \d+ x+\n\z/) || l == "abc\n" }
+    assert_empty bad.first(3), "#{bad.size} mixed lines"
+    assert_equal fibers * rounds * 2, lines.size
+    fibers.times do |i|
+      mine = lines.grep(/\Aline #{i} /).map { |l| l.split[2].to_i }
+      assert_equal (0...rounds).to_a, mine, "fiber #{i}'s lines in order"
+    end
+  end
+
+  def write_lines(io, fibers, rounds)
+    Weft.run do
+      fibers.times do |i|
+        Fiber.schedule do
+          rounds.times do |j|
+            io.puts "line #{i} #{j} #{"x" * 60}"
+            io.print "a", "b", "c\n"
+          end
+        end
+      end
+    end
+  end
+
+  def test_output_order_pipe_with_a_slow_reader
+    r, w = IO.pipe
+    w.sync = true
+    reader = Thread.new do
+      out = +""
+      while (chunk = r.read(4096))
+        out << chunk
+        sleep 0.0002
+      end
+      out
+    end
+    write_lines(w, 40, 60)
+    w.close
+    check_lines(reader.value, 40, 60)
+    r.close
+  end
+
+  def test_output_order_socket_file_and_tty
+    a, b = UNIXSocket.pair
+    a.sync = true
+    reader = Thread.new { b.read }
+    write_lines(a, 20, 30)
+    a.close
+    check_lines(reader.value, 20, 30)
+    b.close
+
+    Tempfile.create("weft-order") do |f|
+      f.sync = true
+      write_lines(f, 20, 30)
+      check_lines(File.read(f.path), 20, 30)
+    end
+
+    PTY.open do |master, slave|
+      slave.raw! if slave.respond_to?(:raw!)
+      slave.sync = true
+      reader = Thread.new do
+        out = +""
+        loop do
+          chunk = master.read_nonblock(65_536, exception: false)
+          if chunk == :wait_readable
+            break if out.count("\n") >= 20 * 30 * 2
+
+            master.wait_readable(2) or break
+          else
+            out << chunk
+          end
+        end
+        out
+      end
+      write_lines(slave, 20, 30)
+      check_lines(reader.value.delete("\r"), 20, 30)
+    end
+  rescue LoadError, NotImplementedError
+    skip "no pseudo-terminal here"
+  end
+
+  # 3. Thread binding: made in one thread, installed in another.
+  def test_scheduler_made_in_one_thread_runs_in_another
+    s = Weft::Scheduler.new
+    done = []
+    Thread.new do
+      Fiber.set_scheduler(s)
+      Fiber.schedule { sleep 0.001; done << :ran }
+    end.join
+    assert_equal [:ran], done
+    assert s.closed?, "closed when its thread ended"
+
+    s2 = Weft::Scheduler.new
+    Thread.new do
+      Fiber.set_scheduler(s2)
+      Fiber.schedule { sleep 0.001 }
+      Fiber.set_scheduler(nil)
+      assert s2.closed?, "closed when set to nil"
+    end.join
+
+    s3 = Weft::Scheduler.new
+    Fiber.set_scheduler(s3)
+    Fiber.schedule { sleep 0.001 } # bound here now
+    other = Thread.new do
+      Thread.current.report_on_exception = false
+      s3.kernel_sleep(0)
+    end
+    assert_raises(ThreadError) { other.join }
+    Fiber.set_scheduler(nil)
+  end
+
+  # 4. Nesting.
+  def test_weft_run_nested
+    assert_equal :inner, Weft.run { Weft.run { :inner } }
+    assert_equal [1, 2], Weft.run { [Weft.run { sleep 0.001; 1 }, Weft.run { 2 }] }
+    assert_raises(KeyError) { Weft.run { Weft.run { raise KeyError } } }
+    s = Weft::Scheduler.new
+    Fiber.set_scheduler(s)
+    assert_equal :from_root, Weft.run { sleep 0.001; :from_root }
+    assert_same s, Fiber.scheduler
+    Fiber.set_scheduler(nil)
+  end
+
+  # 5. Fiber.yield back to the starter, resumed later; a deadlock on a
+  # mutex held by such a fiber ends in Ruby's error.
+  def test_fiber_yield_returns_to_the_starter
+    log = []
+    weft do
+      f = Fiber.schedule do
+        log << :a
+        Fiber.yield
+        log << :c
+        sleep 0.001
+        log << :d
+      end
+      log << :b
+      f.resume
+      log << :e
+    end
+    assert_equal %i[a b c e d], log
+  end
+
+  def test_mutex_deadlock_with_a_yielded_fiber_is_ruby_s_error
+    out, status = ruby_child(<<~RUBY)
+      require "weft"
+      m = Thread::Mutex.new
+      Thread.new do
+        Fiber.set_scheduler(Weft::Scheduler.new(report_on_exception: false))
+        Fiber.schedule { m.synchronize { puts "in synchronize"; Fiber.yield } }
+        m.lock
+      end.join
+    RUBY
+    refute status.success?
+    assert_match(/in synchronize/, out)
+    assert_match(/lock already owned by another fiber/, out)
+  end
+
+  # 6. IO.select through the scheduler (Ruby 3.1 has no hook for it).
+  def test_io_select_lets_other_fibers_run
+    r, w = IO.pipe
+    log = []
+    weft do
+      20.times { Fiber.schedule { log << IO.select([r], nil, nil, 0.05) } }
+      Fiber.schedule { log << :other_fiber_ran }
+    end
+    assert_equal :other_fiber_ran, log.first, "selects did not block the thread"
+    assert_equal [nil] * 20, log.drop(1)
+
+    got = nil
+    weft do
+      Fiber.schedule { got = IO.select([r]) } # nil timeout: until ready
+      Fiber.schedule { sleep 0.01; w.write("x") }
+    end
+    assert_equal [[r], [], []], got
+    assert_equal "x", r.read(1)
+
+    a, b = UNIXSocket.pair
+    weft do
+      Fiber.schedule { got = select([a], [b], [a], 0) } # Kernel#select
+    end
+    assert_equal [[], [b], []], got
+    weft do
+      Fiber.schedule do
+        b.send("!", Socket::MSG_OOB) rescue nil
+        got = IO.select([a], nil, nil, 1)
+      end
+    end
+    assert_equal [a], got.first
+    [a, b].each(&:close)
+
+    err = nil
+    x, y = IO.pipe
+    weft do
+      Fiber.schedule do
+        IO.select([x], nil, nil, 5)
+      rescue IOError => e
+        err = e
+      end
+      Fiber.schedule { sleep 0.01; x.close }
+    end
+    assert_kind_of IOError, err
+    assert_raises(IOError) { Weft.run { IO.select([x]) } }
+    [r, w, y].each(&:close)
+  end
+
+  # 7. Regular files do not stall the loop.
+  def test_file_read_and_write_do_not_stall_other_fibers
+    Tempfile.create("weft-big") do |f|
+      data = Random.new(7).bytes(16 << 20)
+      ticks_during = {}
+      weft do
+        busy = nil
+        Fiber.schedule do
+          loop do
+            sleep 0.0005
+            ticks_during[busy] = (ticks_during[busy] || 0) + 1 if busy
+            break if busy == :done
+          end
+        end
+        Fiber.schedule do
+          busy = :write
+          File.binwrite(f.path, data)
+          busy = :read
+          assert_equal data, File.binread(f.path)
+          busy = :done
+        end
+      end
+      assert_operator ticks_during[:write].to_i + ticks_during[:read].to_i, :>, 0,
+                      "the ticker ran while the file was written or read: #{ticks_during}"
+    end
+  end
+
+  # 8. Future.any(cancel_rest: true) stops the losers.
+  def test_future_any_stops_the_losers
+    ended = []
+    slow = nil
+    v = Weft.run do
+      fast = Weft::Future.spawn { sleep 0.01; :fast }.then { |x| "#{x}!" }
+      slow = Weft::Future.spawn do
+        sleep 30
+        :slow
+      ensure
+        ended << :slow_ensure
+      end
+      Weft::Future.any(fast, slow, cancel_rest: true).value(timeout: 5)
+    end
+    assert_equal "fast!", v
+    assert_equal [:slow_ensure], ended
+    assert_raises(Weft::Stop) { slow.value }
+  end
+
+  # 9. IO#timeout (Ruby >= 3.2).
+  def test_io_timeout_is_honoured
+    skip "IO#timeout needs Ruby 3.2" unless IO.method_defined?(:timeout=)
+    results = {}
+    keep = []
+    weft do
+      ops = {read: ->(io) { io.read(1) }, readpartial: ->(io) { io.readpartial(9) },
+             gets: ->(io) { io.gets }, wait_readable: ->(io) { io.wait_readable },
+             buffer_read: ->(io) { IO::Buffer.new(4).read(io, 1) }}
+      [[:pipe, -> { IO.pipe }], [:socket, -> { UNIXSocket.pair }]].each do |kind, make|
+        ops.each do |name, op|
+          r, w = make.call
+          keep << r << w
+          r.timeout = 0.02
+          Fiber.schedule do
+            op.call(r)
+            results[[kind, name]] = :returned
+          rescue IO::TimeoutError
+            results[[kind, name]] = :timeout
+          end
+        end
+        r, w = make.call
+        keep << r << w
+        w.timeout = 0.02
+        Fiber.schedule do
+          w.write("x" * 4_000_000)
+          results[[kind, :write]] = :returned
+        rescue IO::TimeoutError
+          results[[kind, :write]] = :timeout
+        end
+      end
+    end
+    assert_equal 12, results.size
+    results.each { |k, v| assert_equal :timeout, v, k.inspect }
+  ensure
+    keep&.each(&:close)
+  end
+
+  # 10. sleep(0) from a fiber started before the loop runs.
+  def test_sleep_zero_returns_control_to_the_starter
+    log = []
+    s = Weft::Scheduler.new
+    Fiber.set_scheduler(s)
+    Fiber.schedule do
+      log << 1
+      sleep 0
+      log << 3
+    end
+    log << 2
+    Fiber.set_scheduler(nil)
+    assert_equal [1, 2, 3], log
+  end
+
+  # 11. Fiber#raise between scheduled fibers: the caller continues.
+  def test_fiber_raise_between_scheduled_fibers
+    log = []
+    weft do
+      target = Fiber.schedule do
+        sleep 10
+      rescue ArgumentError => e
+        log << [:rescued, e.message]
+        sleep 0.001
+        log << :target_went_on
+      end
+      Fiber.schedule do
+        target.raise(ArgumentError, "from another fiber")
+        log << :raiser_continued
+      end
+    end
+    assert_equal [[:rescued, "from another fiber"], :raiser_continued, :target_went_on], log
+  end
+
+  # 12. Thread#kill of a thread in Weft.run stops its fibers at once; a
+  # second interrupt while closing still restores the scheduler.
+  def test_thread_kill_stops_every_fiber
+    log = Thread::Queue.new
+    r, w = IO.pipe
+    t = Thread.new do
+      Weft.run do
+        3.times do |i|
+          Fiber.schedule do
+            sleep 30
+          ensure
+            log << i
+          end
+        end
+        Fiber.schedule do
+          r.read
+        ensure
+          log << :reader
+        end
+        begin
+          sleep 30
+        ensure
+          log << :main
+        end
+      end
+    end
+    Thread.pass until t.status == "sleep"
+    sleep 0.01
+    t.kill
+    refute_nil t.join(10), "the killed thread ended"
+    got = []
+    got << log.pop until log.empty?
+    assert_equal ["0", "1", "2", "main", "reader"], got.map(&:to_s).sort
+    [r, w].each(&:close)
+  end
+
+  def test_second_interrupt_while_closing
+    t = Thread.new do
+      Thread.current.report_on_exception = false
+      Weft.run do
+        Fiber.schedule do
+          sleep 30
+        ensure
+          sleep 30 # an ensure that takes long: the second interrupt cuts it
+        end
+        sleep 30
+      end
+    rescue Interrupt
+      Fiber.scheduler
+    end
+    Thread.pass until t.status == "sleep"
+    t.raise(Interrupt)
+    sleep 0.02
+    t.raise(Interrupt)
+    refute_nil t.join(10)
+    assert_nil t.value, "the scheduler was restored"
+  end
+end
