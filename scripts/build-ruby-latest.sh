@@ -20,24 +20,7 @@ if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo=
   echo "build-ruby-latest: needs root once (deb-src line, build packages)" >&2; exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
-list=/etc/apt/sources.list.d/weft-trixie-src.sources
-codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-if [ ! -f "$list" ] || ! grep -q "Suites: $codename trixie" "$list"; then
-  # The Debian mirror this machine already uses (first URI of a Debian
-  # source that is not the security archive), so no mirror is written here.
-  uri=$(set +o pipefail
-         { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -n 's/^URIs:[[:space:]]*//p' | tr ' ' '\n'
-           cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
-             | sed -n 's/^deb\(-src\)\{0,1\}[[:space:]]\{1,\}\(\[[^]]*\][[:space:]]\{1,\}\)\{0,1\}\([^[:space:]]\{1,\}\).*/\3/p'
-         } | grep -i debian | grep -v -e security -e '-ports' | head -n 1)
-  if [ -z "$uri" ]; then echo "build-ruby-latest: no Debian mirror in /etc/apt sources" >&2; exit 1; fi
-  # Source packages only: nothing from them is ever installed. The
-  # machine's own release too, for ruby3.1's test/fiber (scripts/ruby-fiber-suite.sh).
-  printf 'Types: deb-src\nURIs: %s\nSuites: %s trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" "$codename" \
-    | $sudo tee "$list" >/dev/null
-fi
-# A full update: restricting it to one list would drop the other indexes.
-$sudo apt-get update -qq || true
+bash "$(dirname "$0")/debsrc.sh"
 $sudo apt-get install -y -qq --no-install-recommends dpkg-dev gcc make \
   libssl-dev libyaml-dev zlib1g-dev libffi-dev libgmp-dev >/dev/null
 

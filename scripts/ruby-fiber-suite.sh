@@ -64,6 +64,9 @@ if [ -z "$tarball" ]; then
   fi
   command -v apt-get >/dev/null || die "apt-get missing: cannot fetch the $pkg source package"
   if ! apt-cache showsrc "$pkg" 2>/dev/null | grep -q "^Package: $pkg\$"; then
+    bash scripts/debsrc.sh >&2 || true
+  fi
+  if ! apt-cache showsrc "$pkg" 2>/dev/null | grep -q "^Package: $pkg\$"; then
     die "no deb-src index lists $pkg: the suite for Ruby $mm cannot be fetched. Add a deb-src line for this release (scripts/build-ruby-latest.sh adds one from the machine's apt sources), run apt-get update, retry"
   fi
   mkdir -p "$srcdir" || die "cannot create $srcdir"
