@@ -14,6 +14,8 @@
 #     fibers started and finished, against Async.
 #  3. Round trips between two fibers (bench/ruby/roundtrip.rb) over a pipe
 #     and a UNIX socket pair, against Async.
+#  4. The longest stall of a 1 ms ticker while another task reads a 64 MiB
+#     file (bench/ruby/file_stall.rb), against Async and plain threads.
 # WEFT_BENCH_REPS (default 5) runs; WEFT_RUBY_SECS (default 3) seconds per
 # wrk run; WEFT_RUBY_CONNS (default 50) connections.
 set -euo pipefail
@@ -114,6 +116,8 @@ spawn_w=$(churn weft spawn); spawn_a=$(churn async spawn)
 rt() { bench_procs "$reps" env ASYNC="$1" "${RB[@]}" bench/ruby/roundtrip.rb "$2" 20000; }
 pipe_w=$(rt 0 pipe); pipe_a=$(rt 1 pipe)
 unix_w=$(rt 0 unix); unix_a=$(rt 1 unix)
+stall() { bench_procs "$reps" "${RB[@]}" bench/ruby/file_stall.rb "$1" "$tmp/64m" 64; }
+stall_w=$(stall weft); stall_a=$(stall async); stall_t=$(stall threads)
 
 bench_header "ruby: Weft::Scheduler (backend $backend) vs Async $async_v and threads, Ruby $ruby_v"
 bench_report $G "http_hello_${conns}conn" req/s higher "${rps[weft]}" "${label[async]}" "${rps[async]}" \
@@ -130,6 +134,9 @@ bench_report $G "fiber_spawn" ns/fiber lower "$spawn_w" "${label[async]}" "$spaw
 bench_report $G "pipe_roundtrip" ns/op lower "$pipe_w" "${label[async]}" "$pipe_a" \
   "1 byte each way between two fibers, IO#write/#readpartial"
 bench_report $G "unix_roundtrip" ns/op lower "$unix_w" "${label[async]}" "$unix_a"
+bench_report $G "file_read_64m_stall" ms lower "$stall_w" "${label[async]}" "$stall_a" \
+  "longest gap of a 1 ms ticker while another task reads a 64 MiB file 5 times (bench/ruby/file_stall.rb)"
+bench_report $G "file_read_64m_stall_vs_threads" ms lower "$stall_w" "${label[threads]}" "$stall_t"
 if [ -s "$tmp/errors" ]; then
   echo "   wrk reported errors:"; sed 's/^/     /' "$tmp/errors"
 else

@@ -175,6 +175,18 @@ class TestTask < Minitest::Test
     end
   end
 
+  def test_task_limiter_wait
+    weft do
+      limiter = Weft::TaskLimiter.new(2)
+      done = []
+      5.times { |i| limiter.schedule { sleep 0.001 * (5 - i); done << i } }
+      assert_equal false, limiter.wait(timeout: 0)
+      assert_equal true, limiter.wait
+      assert_equal [0, 1, 2, 3, 4], done.sort
+      assert_equal 0, limiter.running
+    end
+  end
+
   def test_task_outside_a_weft_scheduler_is_refused
     assert_raises(Weft::Error) { Weft::Task.new { 1 } }
   end
