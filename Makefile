@@ -210,13 +210,12 @@ install: install-tls
 endif
 .PHONY: install-tls
 install-tls: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/weft_tls.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' weft-tls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft-tls.pc
 	install -m 644 $(BUILD)/libweft_tls.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libweft_tls.so $(DESTDIR)$(PREFIX)/lib/libweft_tls.so.0
 	ln -sf libweft_tls.so.0 $(DESTDIR)$(PREFIX)/lib/libweft_tls.so
-	install -m 644 include/weft_tls.h $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|' weft-tls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft-tls.pc
 
 # ---- doc: the reference, from include/weft.h's comments alone: doxygen
 # (docs/Doxyfile) writes $(BUILD)/doc/html and XML, and scripts/mkman.py

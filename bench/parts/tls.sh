@@ -26,13 +26,8 @@ mib=${WEFT_TLS_BULK_MIB:-1024}
 G=tls
 bin=$root/build/bench/tls
 tmp=$(mktemp -d /tmp/weft-bench-tls.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+pids=() # the servers, stopped on any exit
+trap '[ ${#pids[@]} -eq 0 ] || { kill "${pids[@]}"; wait "${pids[@]}"; } 2>/dev/null; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
 for c in wrk nginx curl openssl cc; do

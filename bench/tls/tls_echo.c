@@ -293,16 +293,23 @@ static void *rtt_client(void *arg)
 
 /* ---- OpenSSL on its own socket BIO, blocking threads ------------------ */
 
+/* OpenSSL on socket @fd, handshake done; says on stderr whether it
+ * handed the keys to the kernel (kTLS). */
+static SSL *ossl_open(SSL_CTX *ctx, int fd, int server)
+{
+    SSL *s = SSL_new(ctx);
+    if (!s || SSL_set_fd(s, fd) != 1 || (server ? SSL_accept(s) : SSL_connect(s)) != 1)
+        die("OpenSSL handshake");
+    fprintf(stderr, "ktls: %s tx %d rx %d\n", server ? "server" : "client",
+            (int)BIO_get_ktls_send(SSL_get_wbio(s)), (int)BIO_get_ktls_recv(SSL_get_rbio(s)));
+    return s;
+}
+
 static void *ossl_server(void *arg)
 {
     (void)arg;
     int fd = accept(lfd, NULL, NULL);
-    SSL *s = SSL_new(ossl_s);
-    SSL_set_fd(s, fd);
-    if (SSL_accept(s) != 1)
-        die("SSL_accept");
-    fprintf(stderr, "ktls: server tx %d rx %d\n", (int)BIO_get_ktls_send(SSL_get_wbio(s)),
-            (int)BIO_get_ktls_recv(SSL_get_rbio(s)));
+    SSL *s = ossl_open(ossl_s, fd, 1);
     static char buf[CHUNK];
     long long total = 0;
     int n;
@@ -322,12 +329,7 @@ static void ossl_bulk(void)
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
         die("connect");
-    SSL *s = SSL_new(ossl_c);
-    SSL_set_fd(s, fd);
-    if (SSL_connect(s) != 1)
-        die("SSL_connect");
-    fprintf(stderr, "ktls: client tx %d rx %d\n", (int)BIO_get_ktls_send(SSL_get_wbio(s)),
-            (int)BIO_get_ktls_recv(SSL_get_rbio(s)));
+    SSL *s = ossl_open(ossl_c, fd, 0);
     static char buf[CHUNK];
     memset(buf, 'x', sizeof buf);
     double t0 = (double)weft_now() / 1e9;

@@ -15,13 +15,11 @@
 # "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d /tmp/weft-tls-test.XXXXXX) srv="" # srv: the server running, if any
+trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
 pass=0; fail=0
 ok()  { pass=$((pass+1)); echo "  ok    $1"; }
 bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && sed 's/^/        | /' "$2" | tail -n 20; }
-tmp=$(mktemp -d /tmp/weft-tls-test.XXXXXX)
-srv=""
-cleanup() { [ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
 finish() {
   [ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
   echo "[tls] $pass passed, $fail failed"

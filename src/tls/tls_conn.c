@@ -338,6 +338,30 @@ static int lock(weft_tls_t *t, weft_mutex_t *m, int64_t deadline)
     return rc;
 }
 
+static int handshake(weft_tls_t *t, int64_t deadline);
+
+enum { RD, WR }; /* a call's direction: which mutex it takes */
+
+/* The start of a read or write: enter, finish the handshake if @hs, and
+ * take the direction's mutex. On failure the call has left again. */
+static int begin(weft_tls_t *t, int dir, int hs, int64_t deadline)
+{
+    int rc = enter(t, deadline);
+    if (rc < 0)
+        return rc;
+    if ((hs && !t->done_hs && (rc = handshake(t, deadline)) < 0) ||
+        (rc = lock(t, dir == WR ? &t->wmu : &t->rmu, deadline)) < 0)
+        return (int)leave(t, rc);
+    return 0;
+}
+
+/* The end of such a call: release the mutex, leave with @rc. */
+static ssize_t end(weft_tls_t *t, int dir, ssize_t rc)
+{
+    weft_mutex_unlock(dir == WR ? &t->wmu : &t->rmu);
+    return leave(t, rc);
+}
+
 /* ---- handshake ------------------------------------------------------ */
 
 static void handshake_done(weft_tls_t *t)
@@ -453,18 +477,10 @@ ssize_t weft_tls_read(weft_tls_t *t, void *buf, size_t len, int64_t deadline)
 {
     if (!buf && len)
         return -EINVAL;
-    int rc = enter(t, deadline);
+    int rc = begin(t, RD, 1, deadline);
     if (rc < 0)
         return rc;
-    if (!t->done_hs && (rc = handshake(t, deadline)) < 0)
-        return leave(t, rc);
-    if (len == 0)
-        return leave(t, t->err);
-    if ((rc = lock(t, &t->rmu, deadline)) < 0)
-        return leave(t, rc);
-    ssize_t n = read_locked(t, buf, len, deadline);
-    weft_mutex_unlock(&t->rmu);
-    return leave(t, n);
+    return end(t, RD, len ? read_locked(t, buf, len, deadline) : t->err);
 }
 
 /* ---- writing -------------------------------------------------------- */
@@ -525,16 +541,10 @@ ssize_t weft_tls_write(weft_tls_t *t, const void *buf, size_t len, int64_t deadl
 {
     if (!buf && len)
         return -EINVAL;
-    int rc = enter(t, deadline);
+    int rc = begin(t, WR, 1, deadline);
     if (rc < 0)
         return rc;
-    if (!t->done_hs && (rc = handshake(t, deadline)) < 0)
-        return leave(t, rc);
-    if ((rc = lock(t, &t->wmu, deadline)) < 0)
-        return leave(t, rc);
-    ssize_t n = write_locked(t, buf, len, deadline);
-    weft_mutex_unlock(&t->wmu);
-    return leave(t, n);
+    return end(t, WR, write_locked(t, buf, len, deadline));
 }
 
 int weft_tls_write_all(weft_tls_t *t, const void *buf, size_t len,
@@ -545,13 +555,9 @@ int weft_tls_write_all(weft_tls_t *t, const void *buf, size_t len,
         *written = 0;
     if (!buf && len)
         return -EINVAL;
-    int rc = enter(t, deadline);
+    int rc = begin(t, WR, 1, deadline);
     if (rc < 0)
         return rc;
-    if (!t->done_hs && (rc = handshake(t, deadline)) < 0)
-        return (int)leave(t, rc);
-    if ((rc = lock(t, &t->wmu, deadline)) < 0)
-        return (int)leave(t, rc);
     /* One hold of the lock: other writers' data never lands in between. */
     while (rc == 0 && done < len) {
         ssize_t n = write_locked(t, (const char *)buf + done, len - done, deadline);
@@ -564,20 +570,15 @@ int weft_tls_write_all(weft_tls_t *t, const void *buf, size_t len,
     }
     if (rc == 0)
         rc = flush_out(t, deadline);
-    weft_mutex_unlock(&t->wmu);
-    return (int)leave(t, rc);
+    return (int)end(t, WR, rc);
 }
 
 int weft_tls_flush(weft_tls_t *t, int64_t deadline)
 {
-    int rc = enter(t, deadline);
+    int rc = begin(t, WR, 0, deadline);
     if (rc < 0)
         return rc;
-    if ((rc = lock(t, &t->wmu, deadline)) < 0)
-        return (int)leave(t, rc);
-    rc = t->err ? t->err : flush_out(t, deadline);
-    weft_mutex_unlock(&t->wmu);
-    return (int)leave(t, rc);
+    return (int)end(t, WR, t->err ? t->err : flush_out(t, deadline));
 }
 
 /* ---- ending --------------------------------------------------------- */
@@ -594,11 +595,9 @@ static int queue_close_notify(weft_tls_t *t)
 
 int weft_tls_shutdown(weft_tls_t *t, int64_t deadline)
 {
-    int rc = enter(t, deadline);
+    int rc = begin(t, WR, 0, deadline);
     if (rc < 0)
         return rc;
-    if ((rc = lock(t, &t->wmu, deadline)) < 0)
-        return (int)leave(t, rc);
     if (t->err)
         rc = t->err;
     else if (!t->done_hs)
@@ -607,8 +606,7 @@ int weft_tls_shutdown(weft_tls_t *t, int64_t deadline)
         rc = queue_close_notify(t);
     if (rc == 0)
         rc = flush_out(t, deadline);
-    weft_mutex_unlock(&t->wmu);
-    return (int)leave(t, rc);
+    return (int)end(t, WR, rc);
 }
 
 int weft_tls_close(weft_tls_t *t)

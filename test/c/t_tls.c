@@ -16,18 +16,20 @@ static int g_listen, g_listen_port;
 
 /* ---- a pair of connected TLS endpoints ------------------------------ */
 
-typedef struct accept_job {
-    weft_tls_ctx_t *ctx;
-    int fd;
-    int64_t deadline;
+/* What a helper fiber works on, and what it found. */
+typedef struct job {
     weft_tls_t *t;
-    int rc;
-    char err[256];
-} accept_job;
+    weft_tls_ctx_t *ctx; /* accept: the server context, the socket, */
+    int fd;              /* and the deadline                        */
+    int64_t deadline;
+    ssize_t rc;          /* the (last) call's result                */
+    size_t n;            /* writer: bytes committed; drain: wanted  */
+    char err[256];       /* accept: the failure's text              */
+} job;
 
 static void *accept_fiber(void *arg)
 {
-    accept_job *j = arg;
+    job *j = arg;
     j->rc = weft_tls_accept(&j->t, j->ctx, j->fd, j->deadline);
     if (j->rc < 0)
         snprintf(j->err, sizeof j->err, "%s", weft_tls_error_string(NULL));
@@ -44,13 +46,13 @@ static int tls_pair(weft_tls_ctx_t *sctx, weft_tls_ctx_t *cctx, const char *name
     CHECK(b >= 0);
     int a = weft_accept(g_listen, NULL, NULL, weft_deadline_in(5 * TLS_SEC));
     CHECK(a >= 0);
-    accept_job j = {.ctx = sctx, .fd = a, .deadline = weft_deadline_in(5 * TLS_SEC)};
+    job j = {.ctx = sctx, .fd = a, .deadline = weft_deadline_in(5 * TLS_SEC)};
     weft_fiber_t f;
     CHECK_EQ(weft_spawn(accept_fiber, &j, NULL, &f), 0);
     int rc = weft_tls_connect(ct, cctx, b, name, weft_deadline_in(5 * TLS_SEC));
     CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
     *st = j.t;
-    *srv_rc = j.rc;
+    *srv_rc = (int)j.rc;
     if (srv_err)
         strcpy(srv_err, j.err);
     return rc;
@@ -69,16 +71,7 @@ static void pair_ok(weft_tls_ctx_t *sctx, weft_tls_ctx_t *cctx, const char *name
 
 static void expect_read(weft_tls_t *t, const char *want)
 {
-    size_t n = strlen(want), got = 0;
-    char buf[256];
-    while (got < n) {
-        ssize_t k = weft_tls_read(t, buf + got, n - got, weft_deadline_in(5 * TLS_SEC));
-        if (k <= 0)
-            fprintf(stderr, "read: %zd %s\n", k, weft_tls_error_string(t));
-        CHECK(k > 0);
-        got += (size_t)k;
-    }
-    CHECK(memcmp(buf, want, n) == 0);
+    tls_expect(t, want, weft_deadline_in(5 * TLS_SEC));
 }
 
 static void close_both(weft_tls_t *a, weft_tls_t *b)
@@ -337,55 +330,39 @@ static void test_stalls(void)
 
 /* ---- timeouts, cancellation, close while waiting ------------------------- */
 
-typedef struct reader_job {
-    weft_tls_t *t;
-    ssize_t rc;
-    char buf[64];
-} reader_job;
-
 static void *reader_fiber(void *arg)
 {
-    reader_job *j = arg;
-    j->rc = weft_tls_read(j->t, j->buf, sizeof j->buf, WEFT_FOREVER);
+    job *j = arg;
+    char buf[64];
+    j->rc = weft_tls_read(j->t, buf, sizeof buf, WEFT_FOREVER);
     return NULL;
 }
-
-typedef struct writer_job {
-    weft_tls_t *t;
-    size_t committed;
-    ssize_t rc;
-} writer_job;
 
 /* Writes the pattern until something fails; counts what was committed. */
 static void *writer_fiber(void *arg)
 {
-    writer_job *j = arg;
+    job *j = arg;
     static uint8_t chunk[100000];
     for (;;) {
         for (size_t i = 0; i < sizeof chunk; i++)
-            chunk[i] = tls_pattern(j->committed + i);
+            chunk[i] = tls_pattern(j->n + i);
         ssize_t n = weft_tls_write(j->t, chunk, sizeof chunk, WEFT_FOREVER);
         if (n < 0) {
             j->rc = n;
             return NULL;
         }
-        j->committed += (size_t)n;
+        j->n += (size_t)n;
     }
 }
 
-typedef struct drain_job {
-    weft_tls_t *t;
-    size_t want;
-} drain_job;
-
-/* Reads exactly want bytes of the pattern. */
+/* Reads exactly n bytes of the pattern. */
 static void *drain_fiber(void *arg)
 {
-    drain_job *j = arg;
+    job *j = arg;
     static uint8_t rbuf[65536];
     size_t total = 0;
-    while (total < j->want) {
-        size_t ask = j->want - total < sizeof rbuf ? j->want - total : sizeof rbuf;
+    while (total < j->n) {
+        size_t ask = j->n - total < sizeof rbuf ? j->n - total : sizeof rbuf;
         ssize_t n = weft_tls_read(j->t, rbuf, ask, weft_deadline_in(5 * TLS_SEC));
         CHECK(n > 0);
         for (ssize_t i = 0; i < n; i++)
@@ -393,6 +370,17 @@ static void *drain_fiber(void *arg)
         total += (size_t)n;
     }
     return NULL;
+}
+
+/* Let a writer fill the socket, then cancel it, or close its connection;
+ * returns once it has returned (its result in @w). */
+static void stop_writer(job *w, int by_close)
+{
+    weft_fiber_t f;
+    CHECK_EQ(weft_spawn(writer_fiber, w, NULL, &f), 0);
+    CHECK_EQ(weft_sleep(30000000), 0);
+    CHECK_EQ(by_close ? weft_tls_close(w->t) : weft_cancel(f), 0);
+    CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
 }
 
 static void test_interrupts(void)
@@ -409,7 +397,7 @@ static void test_interrupts(void)
 
     /* Cancel during read: -ECANCELED, and no byte is lost for the next
      * reader. */
-    reader_job rj = {.t = c};
+    job rj = {.t = c};
     weft_fiber_t f;
     CHECK_EQ(weft_spawn(reader_fiber, &rj, NULL, &f), 0);
     CHECK_EQ(weft_sleep(10000000), 0);
@@ -422,15 +410,12 @@ static void test_interrupts(void)
     /* Cancel a writer blocked on a full socket: what it reported as
      * committed, and only that, reaches the peer, followed by what the
      * next writer sends. */
-    writer_job wj = {.t = c};
-    CHECK_EQ(weft_spawn(writer_fiber, &wj, NULL, &f), 0);
-    CHECK_EQ(weft_sleep(30000000), 0);
-    CHECK_EQ(weft_cancel(f), 0);
-    CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
+    job wj = {.t = c};
+    stop_writer(&wj, 0);
     CHECK_EQ(wj.rc, -ECANCELED);
-    CHECK(wj.committed > 0);
+    CHECK(wj.n > 0);
     /* The server drains in a fiber while the next writer goes on. */
-    drain_job dj = {.t = s, .want = wj.committed};
+    job dj = {.t = s, .n = wj.n};
     weft_fiber_t d;
     CHECK_EQ(weft_spawn(drain_fiber, &dj, NULL, &d), 0);
     CHECK_EQ(weft_tls_write_all(c, "END", 3, NULL, weft_deadline_in(5 * TLS_SEC)), 0);
@@ -439,7 +424,7 @@ static void test_interrupts(void)
 
     /* Close while two readers wait (one in the socket, one queued behind
      * it): both wake with -EBADF; the memory goes with the last one. */
-    reader_job r1 = {.t = c}, r2 = {.t = c};
+    job r1 = {.t = c}, r2 = {.t = c};
     weft_fiber_t f1, f2;
     CHECK_EQ(weft_spawn(reader_fiber, &r1, NULL, &f1), 0);
     CHECK_EQ(weft_spawn(reader_fiber, &r2, NULL, &f2), 0);
@@ -455,11 +440,8 @@ static void test_interrupts(void)
 
     /* Close while a writer waits on a full socket. */
     pair_ok(g_sctx, g_cctx, "localhost", &s, &c);
-    writer_job w2 = {.t = c};
-    CHECK_EQ(weft_spawn(writer_fiber, &w2, NULL, &f), 0);
-    CHECK_EQ(weft_sleep(30000000), 0);
-    CHECK_EQ(weft_tls_close(c), 0);
-    CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
+    job w2 = {.t = c};
+    stop_writer(&w2, 1);
     CHECK_EQ(w2.rc, -EBADF);
     CHECK_EQ(weft_tls_close(s), 0);
 }

@@ -47,24 +47,11 @@ static void *acceptor(void *arg)
 static void *client(void *arg)
 {
     long id = (long)arg;
-    int fd = weft_tcp_connect("127.0.0.1", port, weft_deadline_in(60 * TLS_SEC));
-    CHECK(fd >= 0);
-    weft_tls_t *t;
-    int rc = weft_tls_connect(&t, cctx, fd, "localhost", weft_deadline_in(60 * TLS_SEC));
-    if (rc < 0)
-        fprintf(stderr, "connect: %s\n", weft_tls_error_string(NULL));
-    CHECK_EQ(rc, 0);
-    char msg[32], buf[32];
+    weft_tls_t *t = tls_dial_local(cctx, port, "localhost", weft_deadline_in(60 * TLS_SEC));
+    char msg[32];
     int len = snprintf(msg, sizeof msg, "client %ld", id);
     CHECK_EQ(weft_tls_write_all(t, msg, (size_t)len, NULL, weft_deadline_in(60 * TLS_SEC)), 0);
-    size_t got = 0;
-    while (got < (size_t)len) {
-        ssize_t n = weft_tls_read(t, buf + got, sizeof buf - got, weft_deadline_in(60 * TLS_SEC));
-        CHECK(n > 0);
-        got += (size_t)n;
-    }
-    CHECK_EQ(got, len);
-    CHECK(memcmp(buf, msg, (size_t)len) == 0);
+    tls_expect(t, msg, weft_deadline_in(60 * TLS_SEC));
     /* Hold the connection until every client has one. */
     CHECK_EQ(weft_waitgroup_done(&all_up), 0);
     CHECK_EQ(weft_waitgroup_wait(&all_up, weft_deadline_in(60 * TLS_SEC)), 0);

@@ -105,30 +105,17 @@ static void against_s_server(const char *version_flag, const char *want_version)
     weft_tls_ctx_opts_t co = {.ca_file = pki.ca, .alpn = "h2,http/1.1"};
     weft_tls_ctx_t *ctx;
     CHECK_EQ(weft_tls_ctx_new(&ctx, &co), 0);
-    int fd = weft_tcp_connect("127.0.0.1", port, weft_deadline_in(5 * TLS_SEC));
-    CHECK(fd >= 0);
-    weft_tls_t *t;
-    int rc = weft_tls_connect(&t, ctx, fd, "localhost", weft_deadline_in(5 * TLS_SEC));
-    if (rc < 0)
-        fprintf(stderr, "connect: %s\n", weft_tls_error_string(NULL));
-    CHECK_EQ(rc, 0);
+    weft_tls_t *t = tls_dial_local(ctx, port, "localhost", weft_deadline_in(5 * TLS_SEC));
     CHECK(strcmp(weft_tls_version(t), want_version) == 0);
     CHECK(weft_tls_alpn(t) && strcmp(weft_tls_alpn(t), "http/1.1") == 0);
     /* -rev: every line comes back reversed. */
     CHECK_EQ(weft_tls_write_all(t, "hello weft\n", 11, NULL, weft_deadline_in(5 * TLS_SEC)), 0);
-    char buf[64];
-    size_t got = 0;
-    while (got < 11) {
-        ssize_t n = weft_tls_read(t, buf + got, sizeof buf - got, weft_deadline_in(5 * TLS_SEC));
-        CHECK(n > 0);
-        got += (size_t)n;
-    }
-    CHECK(memcmp(buf, "tfew olleh\n", 11) == 0);
+    tls_expect(t, "tfew olleh\n", weft_deadline_in(5 * TLS_SEC));
     CHECK_EQ(weft_tls_shutdown(t, weft_deadline_in(5 * TLS_SEC)), 0);
     CHECK_EQ(weft_tls_close(t), 0);
 
     /* The same server under a name its certificate does not carry. */
-    fd = weft_tcp_connect("127.0.0.1", port, weft_deadline_in(5 * TLS_SEC));
+    int fd = weft_tcp_connect("127.0.0.1", port, weft_deadline_in(5 * TLS_SEC));
     CHECK(fd >= 0);
     CHECK_EQ(weft_tls_connect(&t, ctx, fd, "not-localhost.example", weft_deadline_in(5 * TLS_SEC)),
              -EKEYREJECTED);
@@ -167,16 +154,10 @@ static void *weft_server(void *arg)
         j->resumed += weft_tls_resumed(t);
         if (j->echo) {
             CHECK(weft_tls_alpn(t) && strcmp(weft_tls_alpn(t), "http/1.1") == 0);
-            char buf[16];
-            size_t got = 0;
-            while (got < 5) {
-                ssize_t n = weft_tls_read(t, buf + got, sizeof buf - got, weft_deadline_in(10 * TLS_SEC));
-                CHECK(n > 0);
-                got += (size_t)n;
-            }
-            CHECK(memcmp(buf, "ping\n", 5) == 0);
+            tls_expect(t, "ping\n", weft_deadline_in(10 * TLS_SEC));
             CHECK_EQ(weft_tls_write_all(t, "pong\n", 5, NULL, weft_deadline_in(10 * TLS_SEC)), 0);
             /* s_client ends when its stdin does: close_notify, or not. */
+            char buf[16];
             ssize_t n = weft_tls_read(t, buf, sizeof buf, weft_deadline_in(10 * TLS_SEC));
             CHECK(n == 0 || n == -ECONNABORTED);
         }

@@ -150,26 +150,54 @@ static inline void tls_pki_remove(tls_pki *p)
 }
 
 /* Contexts: a server with @cert/@key, a client trusting @ca. */
-static inline weft_tls_ctx_t *tls_server_ctx(const char *cert, const char *key)
+static inline weft_tls_ctx_t *tls_ctx(const weft_tls_ctx_opts_t *o)
 {
-    weft_tls_ctx_opts_t o = {.server = 1, .cert_file = cert, .key_file = key};
     weft_tls_ctx_t *c = NULL;
-    int rc = weft_tls_ctx_new(&c, &o);
+    int rc = weft_tls_ctx_new(&c, o);
     if (rc != 0)
-        fprintf(stderr, "server ctx: %s\n", weft_tls_error_string(NULL));
+        fprintf(stderr, "context: %s\n", weft_tls_error_string(NULL));
     CHECK_EQ(rc, 0);
     return c;
 }
 
+static inline weft_tls_ctx_t *tls_server_ctx(const char *cert, const char *key)
+{
+    return tls_ctx(&(weft_tls_ctx_opts_t){.server = 1, .cert_file = cert, .key_file = key});
+}
+
 static inline weft_tls_ctx_t *tls_client_ctx(const char *ca)
 {
-    weft_tls_ctx_opts_t o = {.ca_file = ca};
-    weft_tls_ctx_t *c = NULL;
-    int rc = weft_tls_ctx_new(&c, &o);
-    if (rc != 0)
-        fprintf(stderr, "client ctx: %s\n", weft_tls_error_string(NULL));
+    return tls_ctx(&(weft_tls_ctx_opts_t){.ca_file = ca});
+}
+
+/* Read exactly strlen(@want) bytes; they must be @want. */
+static inline void tls_expect(weft_tls_t *t, const char *want, int64_t deadline)
+{
+    size_t n = strlen(want), got = 0;
+    char buf[256];
+    CHECK(n <= sizeof buf);
+    while (got < n) {
+        ssize_t k = weft_tls_read(t, buf + got, n - got, deadline);
+        if (k <= 0)
+            fprintf(stderr, "read: %zd %s\n", k, weft_tls_error_string(t));
+        CHECK(k > 0);
+        got += (size_t)k;
+    }
+    CHECK(memcmp(buf, want, n) == 0);
+}
+
+/* A TLS client connection to 127.0.0.1:@port verified as @name. */
+static inline weft_tls_t *tls_dial_local(weft_tls_ctx_t *ctx, int port, const char *name,
+                                         int64_t deadline)
+{
+    int fd = weft_tcp_connect("127.0.0.1", port, deadline);
+    CHECK(fd >= 0);
+    weft_tls_t *t;
+    int rc = weft_tls_connect(&t, ctx, fd, name, deadline);
+    if (rc < 0)
+        fprintf(stderr, "connect: %s\n", weft_tls_error_string(NULL));
     CHECK_EQ(rc, 0);
-    return c;
+    return t;
 }
 
 /* A deterministic byte stream for transfers that must arrive intact. */
