@@ -2,8 +2,9 @@
  * weft_tls.h — TLS over weft's fiber-blocking I/O (libweft_tls, OpenSSL 3).
  *
  * A layer above libweft: it uses only weft.h, and libweft itself never
- * needs OpenSSL. Link with `pkg-config --libs weft-tls` (which adds
- * -lweft_tls -lweft -lssl -lcrypto).
+ * needs OpenSSL. Link with `pkg-config --cflags --libs weft-tls`
+ * (-lweft_tls -lweft; with --static it also lists OpenSSL and what
+ * libweft needs, for linking the .a files).
  *
  * OpenSSL never touches the socket. Each connection has two buffers of
  * ciphertext that OpenSSL reads and writes through a memory BIO, and the
@@ -110,7 +111,9 @@ typedef struct weft_tls_ctx_opts {
     const char *ciphersuites; /* the same for TLS 1.3                      */
     int session_cache;        /* client: sessions kept for resumption, one
                                  per server name and address; 0: 256;
-                                 -1: no resumption (either role)           */
+                                 -1: no resumption (either role). A TLS 1.3
+                                 server sends its tickets after the
+                                 handshake: a client gets them by reading  */
     int allow_unclean_eof;    /* 1: a TCP end of stream without
                                  close_notify reads as end of file (0)
                                  instead of -ECONNABORTED. Only for
@@ -203,10 +206,10 @@ int weft_tls_accept(weft_tls_t **out, weft_tls_ctx_t *ctx, int fd,
                     int64_t deadline);
 
 /**
- * weft_tls_dial — resolve @host (weft_getaddrinfo()), connect a TCP socket
- * to @port on the first address that accepts (TCP_NODELAY set), and
- * handshake as a client with @host as the server name. @deadline bounds
- * all of it.
+ * weft_tls_dial — resolve @host (a name, or an address without brackets
+ * such as "::1") with weft_getaddrinfo(), connect a TCP socket to @port on
+ * the first address that accepts (TCP_NODELAY set), and handshake as a
+ * client with @host as the server name. @deadline bounds all of it.
  *
  * Returns 0 and the connection in *@out; the errors of weft_getaddrinfo()
  * (-ENOENT for an unknown name, ...), of weft_connect() (-ECONNREFUSED,
