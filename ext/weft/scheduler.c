@@ -1103,7 +1103,8 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
     if (rc == 0 && deadline != 0) {
         fdinfo *fi = fd_prepare(s, fd, io);
         bool split = ev == WEFT_WRITABLE && s->lw_fiber == cur && s->lw_fd == fd &&
-                     s->hook_seq == s->lw_seq + 1 && NIL_P(fi->w_owner);
+                     s->hook_seq == s->lw_seq + 1 &&
+                     (NIL_P(fi->w_owner) || fi->w_owner == cur);
         if (!split) {
             rc = wait_fd(s, fd, ev, deadline);
         } else {
@@ -1566,11 +1567,21 @@ static VALUE s_io_write(int argc, VALUE *argv, VALUE self)
     int fd = io_fd(io);
     VALUE cur = rb_fiber_current();
     fd_prepare(s, fd, io);
+    bool held = s->fdi[fd].w_owner == cur; /* in the middle of a split write */
     owner_wait(s, fd, cur);
     s->fdi[fd].w_owner = cur;
     struct write_arg a = {s, argc, argv, fd};
-    VALUE r = rb_ensure(write_body, (VALUE)&a, write_release, (VALUE)&a);
-    if (FIXNUM_P(r) && FIX2LONG(r) > 0) {
+    int state = 0;
+    VALUE r = rb_protect(write_body, (VALUE)&a, &state);
+    bool moved = !state && FIXNUM_P(r) && FIX2LONG(r) > 0;
+    /* The rest of a split write found the descriptor full again (a tty's
+     * writability flaps): it stays this fiber's until the rest is out. */
+    bool keep = !state && held && FIXNUM_P(r) && FIX2LONG(r) == -EAGAIN;
+    if (!keep)
+        write_release((VALUE)&a);
+    if (state)
+        rb_jump_tag(state);
+    if (moved || keep) {
         s->lw_fiber = cur;
         s->lw_fd = fd;
         s->lw_seq = s->hook_seq;
