@@ -9,6 +9,7 @@
  * EPOLL_CTL_ADD reports readiness that already exists.
  */
 #include "internal.h"
+#include "evmask.h"
 
 #include <errno.h>
 #include <sys/epoll.h>
@@ -77,8 +78,7 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
     if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
         struct timespec ts, *tp = NULL;
         if (timeout_ns >= 0) {
-            ts.tv_sec = timeout_ns / 1000000000;
-            ts.tv_nsec = timeout_ns % 1000000000;
+            ts = weft__ns_timespec(timeout_ns);
             tp = &ts;
         }
         n = epoll_pwait2(r->bfd, evs, EP_BATCH, tp, NULL);
@@ -96,18 +96,12 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
     }
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
+    /* epoll's bits are poll's on Linux. */
+    _Static_assert(EPOLLIN == POLLIN && EPOLLPRI == POLLPRI && EPOLLOUT == POLLOUT &&
+                       EPOLLERR == POLLERR && EPOLLHUP == POLLHUP && EPOLLRDHUP == POLLRDHUP,
+                   "epoll and poll event bits differ");
     for (int i = 0; i < n; i++) {
-        uint32_t e = evs[i].events, m = 0;
-        if (e & (EPOLLIN | EPOLLRDHUP))
-            m |= WEFT_READABLE;
-        if (e & EPOLLPRI)
-            m |= WEFT_PRIORITY;
-        if (e & EPOLLOUT)
-            m |= WEFT_WRITABLE;
-        if (e & EPOLLERR)
-            m |= WEFT_ERROR;
-        if (e & EPOLLHUP)
-            m |= WEFT_HANGUP;
+        uint32_t e = evs[i].events, m = weft__poll_to_ev(e);
         if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
             m |= WEFT__EV_PEER_GONE;
         weft__reactor_fd_event(r, evs[i].data.u64, m);

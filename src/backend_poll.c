@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #endif
 #include "internal.h"
+#include "evmask.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -33,18 +34,6 @@ static void pl_fini(weft__reactor *r)
     free(r->pfds);
     r->pfds = NULL;
     r->npfds = r->pfd_cap = 0;
-}
-
-static short to_poll(uint32_t ev)
-{
-    short p = 0;
-    if (ev & WEFT_READABLE)
-        p |= POLLIN | POLLRDHUP;
-    if (ev & WEFT_PRIORITY)
-        p |= POLLPRI;
-    if (ev & WEFT_WRITABLE)
-        p |= POLLOUT;
-    return p;
 }
 
 static void slot_remove(weft__reactor *r, int fd)
@@ -83,7 +72,7 @@ static int pl_fd_update(weft__reactor *r, int fd)
         st->pidx = r->npfds++;
         pfds(r)[st->pidx].fd = fd;
     }
-    pfds(r)[st->pidx].events = to_poll(interest);
+    pfds(r)[st->pidx].events = weft__ev_to_poll(interest);
     pfds(r)[st->pidx].revents = 0;
     return 0;
 }
@@ -94,8 +83,7 @@ static int pl_poll(weft__reactor *r, int64_t timeout_ns)
 {
     struct timespec ts, *tp = NULL;
     if (timeout_ns >= 0) {
-        ts.tv_sec = timeout_ns / 1000000000;
-        ts.tv_nsec = timeout_ns % 1000000000;
+        ts = weft__ns_timespec(timeout_ns);
         tp = &ts;
     }
     int n = ppoll(pfds(r), (nfds_t)r->npfds, tp, NULL);
@@ -110,18 +98,8 @@ static int pl_poll(weft__reactor *r, int64_t timeout_ns)
         if (!p.revents)
             continue;
         pfds(r)[i].revents = 0;
-        uint32_t m = 0;
-        if (p.revents & (POLLIN | POLLRDHUP))
-            m |= WEFT_READABLE;
-        if (p.revents & POLLPRI)
-            m |= WEFT_PRIORITY;
-        if (p.revents & POLLOUT)
-            m |= WEFT_WRITABLE;
-        if (p.revents & (POLLERR | POLLNVAL))
-            m |= WEFT_ERROR;
-        if (p.revents & POLLHUP)
-            m |= WEFT_HANGUP;
-        weft__reactor_fd_event(r, weft__fd_token(p.fd, r->fds[p.fd].gen), m);
+        weft__reactor_fd_event(r, weft__fd_token(p.fd, r->fds[p.fd].gen),
+                               weft__poll_to_ev((unsigned)p.revents));
     }
     if (pfds(r)[0].revents) {
         pfds(r)[0].revents = 0;

@@ -19,6 +19,7 @@
  * Cross-thread wake-ups: a multishot poll on the reactor's eventfd.
  */
 #include "internal.h"
+#include "evmask.h"
 
 #ifdef WEFT_HAVE_URING
 
@@ -219,18 +220,6 @@ static void uop_put(ustate *st, uop *u)
     st->free = u;
 }
 
-static unsigned poll_mask(uint32_t ev)
-{
-    unsigned m = 0;
-    if (ev & WEFT_READABLE)
-        m |= POLLIN | POLLRDHUP;
-    if (ev & WEFT_PRIORITY)
-        m |= POLLPRI;
-    if (ev & WEFT_WRITABLE)
-        m |= POLLOUT;
-    return m;
-}
-
 static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
 {
     ustate *st = S(r);
@@ -302,7 +291,7 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         io_uring_prep_connect(sqe, d->fd, d->addr, d->alen);
         break;
     case WEFT__OP_POLL:
-        io_uring_prep_poll_add(sqe, d->fd, poll_mask(d->events));
+        io_uring_prep_poll_add(sqe, d->fd, (unsigned)weft__ev_to_poll(d->events));
         break;
     case WEFT__OP_CLOSE:
         io_uring_prep_close(sqe, d->fd);
@@ -368,20 +357,7 @@ static int poll_result(const weft__wait *w, int res)
 {
     if (res < 0)
         return res;
-    uint32_t avail = 0, problems = 0;
-    if (res & (POLLIN | POLLRDHUP))
-        avail |= WEFT_READABLE;
-    if (res & POLLPRI)
-        avail |= WEFT_PRIORITY;
-    if (res & POLLOUT)
-        avail |= WEFT_WRITABLE;
-    if (res & (POLLERR | POLLNVAL))
-        problems |= WEFT_ERROR;
-    if (res & POLLHUP)
-        problems |= WEFT_HANGUP;
-    if (problems)
-        avail |= WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE;
-    return (int)((w->events & avail) | problems);
+    return (int)weft__ev_answer(w->events, weft__poll_to_ev((unsigned)res));
 }
 
 static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
@@ -501,8 +477,9 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
         struct io_uring_cqe *cqe;
         struct __kernel_timespec ts, *tp = NULL;
         if (timeout_ns > 0) {
-            ts.tv_sec = timeout_ns / 1000000000;
-            ts.tv_nsec = timeout_ns % 1000000000;
+            struct timespec t = weft__ns_timespec(timeout_ns);
+            ts.tv_sec = t.tv_sec;
+            ts.tv_nsec = t.tv_nsec;
             tp = &ts;
         }
         rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, tp, NULL);

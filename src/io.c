@@ -14,6 +14,7 @@
 #endif
 #include "internal.h"
 #include "waitq.h"
+#include "evmask.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -814,40 +815,9 @@ int weft_wait_fd(int fd, int events, int64_t deadline)
         return -EINVAL;
     /* Readiness that already exists is reported at once (and edge-triggered
      * backends need the check: no new edge may come). */
-    struct pollfd p = {.fd = fd, .events = 0};
-    if (events & WEFT_READABLE)
-        p.events |= POLLIN | POLLRDHUP;
-    if (events & WEFT_PRIORITY)
-        p.events |= POLLPRI;
-    if (events & WEFT_WRITABLE)
-        p.events |= POLLOUT;
-    for (;;) {
-        int n = poll(&p, 1, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n > 0) {
-            if (p.revents & POLLNVAL)
-                return -EBADF;
-            int m = 0;
-            if (p.revents & (POLLIN | POLLRDHUP))
-                m |= WEFT_READABLE;
-            if (p.revents & POLLPRI)
-                m |= WEFT_PRIORITY;
-            if (p.revents & POLLOUT)
-                m |= WEFT_WRITABLE;
-            if (p.revents & POLLERR)
-                m |= WEFT_ERROR;
-            if (p.revents & POLLHUP)
-                m |= WEFT_HANGUP;
-            /* After a hang-up or an error, no operation would block. */
-            if (m & (WEFT_ERROR | WEFT_HANGUP))
-                m |= events;
-            return (m & events) | (m & (WEFT_ERROR | WEFT_HANGUP));
-        }
-        break;
-    }
+    rc = weft__ready_now(fd, (uint32_t)events);
+    if (rc != 0)
+        return rc;
     rc = io_wait(fd, (uint32_t)events, deadline);
     if (rc > 0)
         rc &= events | WEFT_ERROR | WEFT_HANGUP;

@@ -8,6 +8,7 @@
  * fiber on its run queue and for a Ruby fiber schedules a transfer.
  */
 #include "internal.h"
+#include "evmask.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -237,18 +238,14 @@ void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents)
     if (revents & (WEFT__EV_PEER_GONE | WEFT_ERROR | WEFT_HANGUP))
         r->fds[fd].rd_hup = 1;
     revents &= ~(uint32_t)WEFT__EV_PEER_GONE;
-    uint32_t problems = revents & (WEFT_ERROR | WEFT_HANGUP);
-    uint32_t avail = revents & (WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE);
-    if (problems)
-        avail |= WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE;
-    if (avail & WEFT_READABLE)
+    if (weft__ev_answer(WEFT_READABLE, revents))
         r->fds[fd].rd_edge = 1;
     weft__wait *w = r->fds[fd].head, *next;
     for (; w; w = next) {
         next = w->fnext;
-        uint32_t m = w->events & avail;
+        uint32_t m = weft__ev_answer(w->events, revents);
         if (m)
-            weft__wait_complete(w, (int)(m | problems));
+            weft__wait_complete(w, (int)m);
     }
 }
 

@@ -24,6 +24,7 @@
  */
 #include "internal.h"
 #include "offload.h"
+#include "evmask.h"
 
 #include <ruby.h>
 #include <ruby/io.h>
@@ -872,32 +873,8 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
  * every requested event reported on error/hang-up; -EBADF if invalid. */
 static int poll_now(int fd, int events)
 {
-    struct pollfd p = {.fd = fd, .events = 0};
-    if (events & WEFT_READABLE)
-        p.events |= POLLIN | POLLRDHUP;
-    if (events & WEFT_PRIORITY)
-        p.events |= POLLPRI;
-    if (events & WEFT_WRITABLE)
-        p.events |= POLLOUT;
-    int n;
-    while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
-        ;
-    if (n < 0)
-        return -errno;
-    if (n == 0)
-        return 0;
-    if (p.revents & POLLNVAL)
-        return -EBADF;
-    if (p.revents & (POLLERR | POLLHUP))
-        return events;
-    int m = 0;
-    if (p.revents & (POLLIN | POLLRDHUP))
-        m |= WEFT_READABLE;
-    if (p.revents & POLLPRI)
-        m |= WEFT_PRIORITY;
-    if (p.revents & POLLOUT)
-        m |= WEFT_WRITABLE;
-    return m & events;
+    int rc = weft__ready_now(fd, (uint32_t)events);
+    return rc > 0 ? rc & events : rc;
 }
 
 /* Wait until @fd is ready for @events or @deadline: ready mask or -errno. */
@@ -1654,6 +1631,7 @@ static VALUE s_io_close(VALUE self, VALUE io)
  * IOError ("closed stream"), before or during the wait. */
 
 enum { SEL_R, SEL_W, SEL_E };
+static const uint32_t sel_events[3] = {WEFT_READABLE, WEFT_WRITABLE, WEFT_PRIORITY};
 
 struct selent {
     VALUE obj, io;
@@ -1696,8 +1674,7 @@ static VALUE sel_ready(struct select_arg *a)
     struct pollfd pfd_small[16];
     struct pollfd *pfd = n <= 16 ? pfd_small : ALLOC_N(struct pollfd, n);
     for (long i = 0; i < n; i++) {
-        short ev = a->e[i].set == SEL_R ? POLLIN : a->e[i].set == SEL_W ? POLLOUT : POLLPRI;
-        pfd[i] = (struct pollfd){.fd = a->e[i].fd, .events = ev};
+        pfd[i] = (struct pollfd){.fd = a->e[i].fd, .events = weft__ev_to_poll(sel_events[a->e[i].set])};
     }
     int rc;
     while ((rc = poll(pfd, (nfds_t)n, 0)) < 0 && errno == EINTR)
@@ -1737,11 +1714,10 @@ static VALUE sel_wait_body(VALUE p)
     struct select_arg *a = (struct select_arg *)p;
     rsched *s = a->s;
     for (long i = 0; i < a->n; i++) {
-        static const uint32_t evs[3] = {WEFT_READABLE, WEFT_WRITABLE, WEFT_PRIORITY};
         weft__wait *w = &a->subs[i];
         fd_prepare(s, a->e[i].fd, a->e[i].io);
         weft__wait_init(w, &s->r, sel_sub_wake, a->rw);
-        int rc = weft__wait_arm_fd(w, a->e[i].fd, evs[a->e[i].set]);
+        int rc = weft__wait_arm_fd(w, a->e[i].fd, sel_events[a->e[i].set]);
         if (rc < 0) {
             weft__wait_complete(w, rc);
             weft__wait_complete(&a->rw->w, rc);
