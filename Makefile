@@ -26,10 +26,23 @@ endif
 ifeq ($(CTX),ucontext)
 CFLAGS_ALL += -DWEFT_CTX_UCONTEXT=1
 endif
+# Header dependencies: every compile writes a .d file next to its output.
+CFLAGS_ALL += -MMD -MP
 LDLIBS  := -lpthread -lm
+
+# ---- probes, cached: what this compiler can link (liburing, libpq,
+# OpenSSL 3), whether doxygen and Ruby's headers are here. They run once per
+# build directory and compiler, and again when packages change (dpkg's
+# status file) — not on every invocation.
+RUBY    ?= ruby
+CONFIG_MK := $(BUILD)/config.mk
+-include $(CONFIG_MK)
+.PHONY: FORCE
+$(CONFIG_MK): $(wildcard /var/lib/dpkg/status) scripts/probe.sh $(if $(filter-out $(CC),$(CONFIG_CC)),FORCE)
+	@mkdir -p $(dir $@)
+	@CC="$(CC)" RUBY="$(RUBY)" bash scripts/probe.sh > $@.tmp && mv $@.tmp $@
 # io_uring backend when liburing links for this compiler (a cross compiler
 # may see the build machine's header without the target's library).
-HAVE_URING := $(shell printf '\043include <liburing.h>\nint main(void){struct io_uring r;return io_uring_queue_init(1,&r,0);}\n' | $(CC) -x c - -o /dev/null -luring >/dev/null 2>&1 && echo 1)
 ifeq ($(HAVE_URING),1)
 LDLIBS  += -luring
 else
@@ -51,8 +64,6 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
 # $(BUILD)/tests-pg/ (scripts/test.d/pg.sh runs them against a throw-away
 # server). Only where libpq links for this compiler (not the aarch64 cross
 # build); libweft itself never needs libpq.
-PG_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
-HAVE_PQ := $(shell printf '\043include <libpq-fe.h>\nint main(void){return PQlibVersion()>0?0:1;}\n' | $(CC) -x c - $(PG_CFLAGS) -o /dev/null -lpq >/dev/null 2>&1 && echo 1)
 PG_TESTS := $(patsubst test/c/%.c,$(BUILD)/tests-pg/%,$(wildcard test/c/t_pg*.c))
 TESTS    := $(filter-out $(BUILD)/tests/t_pg%,$(TESTS))
 ifneq ($(HAVE_PQ),1)
@@ -66,7 +77,6 @@ endif
 # stage of scripts/test.sh runs them) and the programs that speak TLS.
 # Only where OpenSSL 3 links for this compiler (Debian: libssl-dev; not
 # the aarch64 cross build).
-HAVE_SSL := $(shell printf '\043include <openssl/ssl.h>\nint main(void){return OPENSSL_VERSION_MAJOR>=3&&OPENSSL_init_ssl(0,0)?0:1;}\n' | $(CC) -x c - -o /dev/null -lssl -lcrypto >/dev/null 2>&1 && echo 1)
 TLS_OBJ      := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(wildcard src/tls/*.c))
 TLS_LDLIBS   := -lssl -lcrypto
 TLS_TESTS    := $(filter $(BUILD)/tests/t_tls%,$(TESTS))
@@ -84,7 +94,7 @@ lib: $(BUILD)/libweft.a $(BUILD)/libweft.so
 examples: $(EXAMPLES)
 tests: $(TESTS)
 
-$(BUILD)/obj/%.o: src/%.c src/internal.h include/weft.h
+$(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -165,7 +175,7 @@ demo:
 # without sanitizers, linked with libweft.a (they may use internal symbols).
 benches: $(BENCHES)
 
-$(BUILD)/bench/%: bench/%.c src/internal.h include/weft.h $(BUILD)/libweft.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
@@ -223,8 +233,7 @@ install-tls: lib
 # ($(BUILD)/doc/man/man3). Needs doxygen and python3 (Debian packages of
 # the same names); without them make install skips the man pages, saying so.
 DOC := $(BUILD)/doc
-WEFT_VERSION := $(shell awk '/^\#define WEFT_VERSION_(MAJOR|MINOR|PATCH) / { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/weft.h)
-HAVE_DOC := $(shell command -v doxygen >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1 && echo 1)
+WEFT_VERSION = $(shell awk '/^\#define WEFT_VERSION_(MAJOR|MINOR|PATCH) / { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/weft.h)
 .PHONY: doc install-man
 doc: $(DOC)/man/man3/weft.3
 $(DOC)/man/man3/weft.3: include/weft.h docs/Doxyfile scripts/mkman.py
@@ -248,8 +257,6 @@ endif
 # ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a
 # note) when Ruby's headers are not installed (Debian: ruby-dev).
-RUBY       ?= ruby
-RUBY_HDRS  := $(shell $(RUBY) -rrbconfig -e 'print File.exist?(File.join(RbConfig::CONFIG["rubyhdrdir"].to_s, "ruby.h")) ? 1 : 0' 2>/dev/null)
 RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) $(wildcard src/*.c src/*.h src/arch/*) include/weft.h
 .PHONY: ruby test-ruby test-ruby-latest
 ifeq ($(RUBY_HDRS),1)
@@ -275,3 +282,6 @@ test-ruby-latest:
 
 clean:
 	rm -rf build lib/weft/weft.so
+
+# The header dependencies the compiler wrote (see -MMD above).
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

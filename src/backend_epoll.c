@@ -42,7 +42,7 @@ static void ep_fini(weft__reactor *r)
 static int ep_fd_update(weft__reactor *r, int fd)
 {
     weft__fdstate *st = &r->fds[fd];
-    if (st->registered || !st->head)
+    if (st->registered || weft__list_empty(&st->waits))
         return 0;
     struct epoll_event ev = {
         .events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP | EPOLLET,

@@ -54,7 +54,7 @@ static int pl_fd_update(weft__reactor *r, int fd)
 {
     weft__fdstate *st = &r->fds[fd];
     uint32_t interest = 0;
-    for (weft__wait *w = st->head; w; w = w->fnext)
+    for (weft__wait *w = weft__fd_first(st); w; w = weft__fd_next(w))
         interest |= w->events;
     if (!interest) {
         slot_remove(r, fd);

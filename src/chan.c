@@ -13,6 +13,7 @@
  * meets it.
  */
 #include "internal.h"
+#include "list.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ typedef struct selection {
 } selection;
 
 typedef struct cnode {
-    struct cnode *next, *prev;
+    weft__node link;     /* in its channel's send or receive queue        */
     selection *sel;
     weft_chan_t *chan;
     void *elem;          /* sender: element to send; receiver: where to put */
@@ -33,9 +34,7 @@ typedef struct cnode {
     bool linked;
 } cnode;
 
-typedef struct cqueue {
-    cnode *head, *tail;
-} cqueue;
+typedef weft__list cqueue;
 
 struct weft_chan {
     char *buf;
@@ -46,35 +45,26 @@ struct weft_chan {
 
 static void cq_push(cqueue *q, cnode *n)
 {
-    n->next = NULL;
-    n->prev = q->tail;
-    if (q->tail)
-        q->tail->next = n;
-    else
-        q->head = n;
-    q->tail = n;
+    weft__list_push(q, &n->link);
     n->linked = true;
 }
 
 static void cq_unlink(cqueue *q, cnode *n)
 {
-    if (n->prev)
-        n->prev->next = n->next;
-    else
-        q->head = n->next;
-    if (n->next)
-        n->next->prev = n->prev;
-    else
-        q->tail = n->prev;
-    n->next = n->prev = NULL;
+    weft__list_remove(q, &n->link);
     n->linked = false;
+}
+
+static cnode *cq_head(const cqueue *q)
+{
+    return q->head ? weft__container(q->head, cnode, link) : NULL;
 }
 
 /* First node whose selection still waits; dead ones are unlinked. */
 static cnode *cq_first(cqueue *q)
 {
     cnode *n;
-    while ((n = q->head) && !n->sel->w.active)
+    while ((n = cq_head(q)) && !n->sel->w.active)
         cq_unlink(q, n);
     return n;
 }
@@ -271,7 +261,7 @@ int weft_chan_destroy(weft_chan_t *c)
     cqueue *qs[2] = {&c->sendq, &c->recvq};
     for (int i = 0; i < 2; i++) {
         cnode *n;
-        while ((n = qs[i]->head)) {
+        while ((n = cq_head(qs[i]))) {
             cq_unlink(qs[i], n);
             weft__wait_complete(&n->sel->w, -EIDRM);
         }

@@ -14,6 +14,7 @@
 #define WEFT_INTERNAL_H
 
 #include "weft.h"
+#include "list.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -226,7 +227,7 @@ struct weft__wait {
     int fd;            /* -1: no fd part                                   */
     uint32_t events;   /* WEFT_READABLE|WEFT_WRITABLE|WEFT_PRIORITY        */
     uint32_t gen;      /* fd generation when linked                        */
-    weft__wait *fnext, *fprev;
+    weft__node fnode;  /* in its descriptor's list of waits             */
     weft__timer timer;
     weft__reactor *r;
     bool active;
@@ -274,7 +275,7 @@ typedef struct weft__oprec {
 
 /* Per-descriptor state, indexed by fd number. */
 typedef struct weft__fdstate {
-    weft__wait *head;     /* waiters                                        */
+    weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
     uint32_t gen;         /* bumped on close/forget/new descriptor          */
     uint32_t interest;    /* poll backend: union of waiters' events         */
     int32_t pidx;         /* poll backend: index in pollfd array, -1 none   */
@@ -393,6 +394,15 @@ static inline weft__fdstate *weft__fd(weft__reactor *r, int fd)
     if (WEFT_LIKELY(fd < r->nfds))
         return &r->fds[fd];
     return weft__fd_grow(r, fd);
+}
+/* The first wait linked to a descriptor (NULL: none). */
+static inline weft__wait *weft__fd_first(const weft__fdstate *st)
+{
+    return st->waits.head ? weft__container(st->waits.head, weft__wait, fnode) : NULL;
+}
+static inline weft__wait *weft__fd_next(const weft__wait *w)
+{
+    return w->fnode.next ? weft__container(w->fnode.next, weft__wait, fnode) : NULL;
 }
 static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
     return (uint64_t)(uint32_t)fd | ((uint64_t)gen << 32);

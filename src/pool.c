@@ -21,6 +21,7 @@
  * expires; the reaper fiber looks only at the tail.
  */
 #include "waitq.h"
+#include "list.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@
 #define POOL_CREATE 1 /* wake result: a place was reserved, create one */
 
 typedef struct pool_slot {
-    struct pool_slot *next, *prev; /* idle list, while idle             */
+    weft__node link;               /* idle list, while idle             */
     weft_pool_t *pool;
     void *res;
     uint64_t uses;
@@ -40,7 +41,7 @@ struct weft_pool {
     weft_pool_ops_t ops;
     void *ctx;
     weft_pool_opts_t o;
-    pool_slot *idle_head, *idle_tail;
+    weft__list idle;       /* most recently used first                  */
     size_t nidle, in_use, creating, destroying;
     size_t nwaiters, nclosers;
     weft_waitq_t q;        /* acquirers                                  */
@@ -78,28 +79,21 @@ static bool drained(const weft_pool_t *p)
 
 static void idle_push(weft_pool_t *p, pool_slot *s)
 {
-    s->prev = NULL;
-    s->next = p->idle_head;
-    if (p->idle_head)
-        p->idle_head->prev = s;
-    else
-        p->idle_tail = s;
-    p->idle_head = s;
+    weft__list_push_front(&p->idle, &s->link);
     p->nidle++;
 }
 
 static void idle_unlink(weft_pool_t *p, pool_slot *s)
 {
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        p->idle_head = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    else
-        p->idle_tail = s->prev;
-    s->next = s->prev = NULL;
+    weft__list_remove(&p->idle, &s->link);
     p->nidle--;
+}
+
+/* The most recently (@first) or least recently idled slot, or NULL. */
+static pool_slot *idle_end(const weft_pool_t *p, bool first)
+{
+    weft__node *n = first ? p->idle.head : p->idle.tail;
+    return n ? weft__container(n, pool_slot, link) : NULL;
 }
 
 /* The caller has already taken @s out of the idle/in_use counts. */
@@ -167,8 +161,8 @@ static int do_create(weft_pool_t *p, weft_pool_lease_t *lease, int64_t deadline)
 static void *reaper_main(void *arg)
 {
     weft_pool_t *p = arg;
-    while (!p->closed && p->idle_tail) {
-        pool_slot *s = p->idle_tail;
+    while (!p->closed && idle_end(p, false)) {
+        pool_slot *s = idle_end(p, false);
         int64_t expiry = s->idle_since + p->o.idle_timeout;
         if (weft_now() >= expiry) {
             idle_unlink(p, s);
@@ -223,8 +217,8 @@ int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease, int64_t deadline
     if (p->closed)
         return -ESHUTDOWN;
     if (!wq_first_active(&p->q)) { /* nobody ahead of us */
-        while (p->idle_head) {
-            pool_slot *s = p->idle_head;
+        while (idle_end(p, true)) {
+            pool_slot *s = idle_end(p, true);
             idle_unlink(p, s);
             p->in_use++;
             if (p->ops.validate) {
@@ -347,8 +341,8 @@ int weft_pool_close(weft_pool_t *p, int64_t deadline)
     p->closed = true;
     wq_wake_all(&p->q, -ESHUTDOWN);
     wq_wake_all(&p->reaperq, 0);
-    while (p->idle_head) {
-        pool_slot *s = p->idle_head;
+    while (idle_end(p, true)) {
+        pool_slot *s = idle_end(p, true);
         idle_unlink(p, s);
         destroy_slot(p, s);
     }
@@ -370,8 +364,8 @@ int weft_pool_destroy(weft_pool_t *p)
     if (p->in_use || p->creating || p->destroying || p->nwaiters ||
         p->nclosers || p->reaper_alive)
         return -EBUSY;
-    while (p->idle_head) {
-        pool_slot *s = p->idle_head;
+    while (idle_end(p, true)) {
+        pool_slot *s = idle_end(p, true);
         idle_unlink(p, s);
         destroy_slot(p, s);
     }

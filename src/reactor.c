@@ -60,14 +60,7 @@ weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
 
 static void fd_unlink(weft__reactor *r, weft__wait *w)
 {
-    weft__fdstate *st = &r->fds[w->fd];
-    if (w->fprev)
-        w->fprev->fnext = w->fnext;
-    else
-        st->head = w->fnext;
-    if (w->fnext)
-        w->fnext->fprev = w->fprev;
-    w->fnext = w->fprev = NULL;
+    weft__list_remove(&r->fds[w->fd].waits, &w->fnode);
     int fd = w->fd;
     w->fd = -1;
     r->nfd_waits--;
@@ -94,7 +87,7 @@ void weft__wait_init(weft__wait *w, weft__reactor *r,
     w->fd = -1;
     w->events = 0;
     w->gen = 0;
-    w->fnext = w->fprev = NULL;
+    w->fnode.next = w->fnode.prev = NULL;
     w->timer.idx = WEFT__TIMER_IDLE;
     w->timer.fire = wait_timer_fired;
     w->r = r;
@@ -171,11 +164,7 @@ static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events)
     w->fd = fd;
     w->events = events;
     w->gen = st->gen;
-    w->fprev = NULL;
-    w->fnext = st->head;
-    if (st->head)
-        st->head->fprev = w;
-    st->head = w;
+    weft__list_push_front(&st->waits, &w->fnode);
     r->nfd_waits++;
 }
 
@@ -240,9 +229,9 @@ void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents)
     revents &= ~(uint32_t)WEFT__EV_PEER_GONE;
     if (weft__ev_answer(WEFT_READABLE, revents))
         r->fds[fd].rd_edge = 1;
-    weft__wait *w = r->fds[fd].head, *next;
+    weft__wait *w = weft__fd_first(&r->fds[fd]), *next;
     for (; w; w = next) {
-        next = w->fnext;
+        next = weft__fd_next(w);
         uint32_t m = weft__ev_answer(w->events, revents);
         if (m)
             weft__wait_complete(w, (int)m);
@@ -253,8 +242,9 @@ void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
 {
     if (fd < 0 || fd >= r->nfds)
         return;
-    while (r->fds[fd].head)
-        weft__wait_complete(r->fds[fd].head, err);
+    weft__wait *w;
+    while ((w = weft__fd_first(&r->fds[fd])))
+        weft__wait_complete(w, err);
     if (r->ops->fd_forget)
         r->ops->fd_forget(r, fd);
     weft__fdstate *st = &r->fds[fd];

@@ -13,39 +13,43 @@
 #define WEFT_WAITQ_H
 
 #include "internal.h"
+#include "list.h"
 
 #include <errno.h>
 
 typedef struct weft__wq_node {
-    struct weft__wq_node *next, *prev;
+    weft__node link;
     weft__wait w;
     bool linked;
     void *data;          /* per-primitive payload                         */
 } weft__wq_node;
 
+/* weft_waitq_t (public, opaque) is a weft__list. */
+_Static_assert(sizeof(weft_waitq_t) == sizeof(weft__list) &&
+                   offsetof(weft_waitq_t, head) == offsetof(weft__list, head) &&
+                   offsetof(weft_waitq_t, tail) == offsetof(weft__list, tail),
+               "weft_waitq_t must be laid out as a weft__list");
+
+static inline weft__list *wq_list(weft_waitq_t *q)
+{
+    return (weft__list *)(void *)q;
+}
+
+static inline weft__wq_node *wq_head(weft_waitq_t *q)
+{
+    weft__node *n = wq_list(q)->head;
+    return n ? weft__container(n, weft__wq_node, link) : NULL;
+}
+
 static inline void wq_push(weft_waitq_t *q, weft__wq_node *n)
 {
-    n->next = NULL;
-    n->prev = q->tail;
-    if (q->tail)
-        ((weft__wq_node *)q->tail)->next = n;
-    else
-        q->head = n;
-    q->tail = n;
+    weft__list_push(wq_list(q), &n->link);
     n->linked = true;
 }
 
 static inline void wq_unlink(weft_waitq_t *q, weft__wq_node *n)
 {
-    if (n->prev)
-        n->prev->next = n->next;
-    else
-        q->head = n->next;
-    if (n->next)
-        n->next->prev = n->prev;
-    else
-        q->tail = n->prev;
-    n->next = n->prev = NULL;
+    weft__list_remove(wq_list(q), &n->link);
     n->linked = false;
 }
 
@@ -53,7 +57,7 @@ static inline void wq_unlink(weft_waitq_t *q, weft__wq_node *n)
 static inline weft__wq_node *wq_first_active(weft_waitq_t *q)
 {
     weft__wq_node *n;
-    while ((n = q->head) && !n->w.active)
+    while ((n = wq_head(q)) && !n->w.active)
         wq_unlink(q, n);
     return n;
 }
@@ -73,7 +77,7 @@ static inline bool wq_wake_one(weft_waitq_t *q, int result)
 static inline void wq_wake_all(weft_waitq_t *q, int result)
 {
     weft__wq_node *n;
-    while ((n = q->head)) {
+    while ((n = wq_head(q))) {
         wq_unlink(q, n);
         weft__wait_complete(&n->w, result); /* no-op for dead nodes */
     }

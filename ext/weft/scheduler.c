@@ -63,9 +63,9 @@ typedef struct rwait {
     weft__wait w;
     rsched *s;
     VALUE fiber;
-    struct rwait *anext, *aprev; /* all waits (GVL only)               */
-    struct rwait *rnext, *rprev; /* ready list                         */
-    struct rwait *onext, *oprev; /* fdinfo.w_waiters (owner waits)     */
+    weft__node anode;            /* rsched.all: every wait (GVL only)  */
+    weft__node rnode;            /* rsched.ready                       */
+    weft__node onode;            /* fdinfo.w_waiters (owner waits)     */
     unsigned epoch;              /* scheduler epoch when begun (fork)  */
     int ofd;                     /* the descriptor of an owner wait    */
     uint8_t kind, queued, linked, olinked;
@@ -75,7 +75,7 @@ typedef struct rwait {
  * queued by fiber_interrupt. Lives on the fiber's stack (timeouts) or on
  * the heap (interrupts). */
 typedef struct rintr {
-    struct rintr *next, *prev;
+    weft__node node;             /* rsched.intrs                       */
     weft__timer timer;
     rsched *s;
     VALUE fiber, klass, message, exc;
@@ -91,17 +91,17 @@ typedef struct fdinfo {
      * writes to this descriptor wait until it is done, so one puts is
      * never split by another fiber's write. Qnil: none. */
     VALUE w_owner;
-    struct rwait *w_waiters; /* fibers waiting for w_owner to finish    */
+    weft__list w_waiters;    /* rwaits of fibers waiting for w_owner    */
     uint8_t is_sock, is_reg, is_fifo, nonblock;
 } fdinfo;
 
 struct rsched {
     weft__reactor r;
     VALUE thread, loop_fiber;
-    rwait *all;
-    rwait *rq_head, *rq_tail;
+    weft__list all;            /* rwait.anode: every wait               */
+    weft__list ready;          /* rwait.rnode: completed, to dispatch    */
     st_table *waiting;         /* fiber -> rwait*                        */
-    rintr *intrs;
+    weft__list intrs;          /* rintr.node                            */
     fdinfo *fdi;
     int nfdi;
     pthread_mutex_t lock;      /* closed/r_live against other threads    */
@@ -135,6 +135,9 @@ struct rsched {
     bool r_live, running, closed, close_pending;
 };
 
+#define RW_OF(n, member) ((n) ? weft__container((n), rwait, member) : NULL)
+#define INTR_OF(n) ((n) ? weft__container((n), rintr, node) : NULL)
+
 static VALUE mWeft, cScheduler, eWeftError, eStop, cFiber, eFiberError, eIOTimeout;
 static ID id_new, id_closed_p, id_full_message, id_status;
 static int pread_offset_encoded, pwrite_offset_encoded;
@@ -150,9 +153,10 @@ static void s_mark(void *p)
     rb_gc_mark_movable(s->thread);
     rb_gc_mark_movable(s->loop_fiber);
     /* Waiting fibers are pinned: they are keys of `waiting`. */
-    for (rwait *rw = s->all; rw; rw = rw->anext)
-        rb_gc_mark(rw->fiber);
-    for (rintr *ri = s->intrs; ri; ri = ri->next) {
+    for (weft__node *n = s->all.head; n; n = n->next)
+        rb_gc_mark(RW_OF(n, anode)->fiber);
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
         rb_gc_mark(ri->fiber);
         rb_gc_mark_movable(ri->klass);
         rb_gc_mark_movable(ri->message);
@@ -175,7 +179,8 @@ static void s_compact(void *p)
     rsched *s = p;
     s->thread = rb_gc_location(s->thread);
     s->loop_fiber = rb_gc_location(s->loop_fiber);
-    for (rintr *ri = s->intrs; ri; ri = ri->next) {
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
         ri->klass = rb_gc_location(ri->klass);
         ri->message = rb_gc_location(ri->message);
         ri->exc = rb_gc_location(ri->exc);
@@ -192,13 +197,13 @@ static void s_compact(void *p)
 
 static void free_heap_intrs(rsched *s)
 {
-    rintr *ri = s->intrs, *next;
-    for (; ri; ri = next) {
-        next = ri->next;
-        if (ri->heap)
-            xfree(ri);
+    weft__node *n = s->intrs.head, *next;
+    for (; n; n = next) {
+        next = n->next;
+        if (INTR_OF(n)->heap)
+            xfree(INTR_OF(n));
     }
-    s->intrs = NULL;
+    s->intrs = (weft__list){NULL, NULL};
 }
 
 static void s_free(void *p)
@@ -269,14 +274,13 @@ static void fork_reset(rsched *s)
     s->fork_gen = fork_generation;
     s->pid = getpid();
     s->epoch++;
-    s->all = NULL;
-    s->rq_head = s->rq_tail = NULL;
+    s->all = s->ready = (weft__list){NULL, NULL};
     st_clear(s->waiting);
     free_heap_intrs(s);
     for (int i = 0; i < s->nfdi; i++) {
         s->fdi[i].io = Qnil;
         s->fdi[i].w_owner = Qnil;
-        s->fdi[i].w_waiters = NULL;
+        s->fdi[i].w_waiters = (weft__list){NULL, NULL};
     }
     s->entered = s->lw_fiber = Qnil;
     pthread_mutex_init(&s->lock, NULL);
@@ -308,7 +312,7 @@ static inline void check_fork(rsched *s)
  * by the thread that submits to it (SINGLE_ISSUER). */
 static void rebind(rsched *s, VALUE cur)
 {
-    if (s->bound || s->running || s->all || (s->r_live && s->r.nwaits))
+    if (s->bound || s->running || !weft__list_empty(&s->all) || (s->r_live && s->r.nwaits))
         rb_raise(rb_eThreadError,
                  "Weft::Scheduler used from a thread that does not own it");
     if (s->r_live) {
@@ -344,34 +348,20 @@ static void rq_push(rsched *s, rwait *rw)
     if (rw->queued)
         return;
     rw->queued = 1;
-    rw->rnext = NULL;
-    rw->rprev = s->rq_tail;
-    if (s->rq_tail)
-        s->rq_tail->rnext = rw;
-    else
-        s->rq_head = rw;
-    s->rq_tail = rw;
+    weft__list_push(&s->ready, &rw->rnode);
 }
 
 static void rq_remove(rsched *s, rwait *rw)
 {
     if (!rw->queued)
         return;
-    if (rw->rprev)
-        rw->rprev->rnext = rw->rnext;
-    else
-        s->rq_head = rw->rnext;
-    if (rw->rnext)
-        rw->rnext->rprev = rw->rprev;
-    else
-        s->rq_tail = rw->rprev;
-    rw->rnext = rw->rprev = NULL;
+    weft__list_remove(&s->ready, &rw->rnode);
     rw->queued = 0;
 }
 
 static rwait *rq_pop(rsched *s)
 {
-    rwait *rw = s->rq_head;
+    rwait *rw = RW_OF(s->ready.head, rnode);
     if (rw)
         rq_remove(s, rw);
     return rw;
@@ -392,10 +382,7 @@ static void rw_begin(rsched *s, rwait *rw, int kind)
     rw->fiber = rb_fiber_current();
     rw->epoch = s->epoch;
     weft__wait_init(&rw->w, &s->r, rw_wake, rw);
-    rw->anext = s->all;
-    if (s->all)
-        s->all->aprev = rw;
-    s->all = rw;
+    weft__list_push_front(&s->all, &rw->anode);
     rw->linked = 1;
     st_insert(s->waiting, (st_data_t)rw->fiber, (st_data_t)rw);
 }
@@ -411,12 +398,7 @@ static void rw_end(rwait *rw)
     if (rw->w.active)
         weft__wait_complete(&rw->w, -ECANCELED);
     rq_remove(s, rw);
-    if (rw->aprev)
-        rw->aprev->anext = rw->anext;
-    else
-        s->all = rw->anext;
-    if (rw->anext)
-        rw->anext->aprev = rw->aprev;
+    weft__list_remove(&s->all, &rw->anode);
     st_data_t key = (st_data_t)rw->fiber, val;
     if (st_lookup(s->waiting, key, &val) && (rwait *)val == rw)
         st_delete(s->waiting, &key, NULL);
@@ -470,7 +452,7 @@ static void maybe_sweep(rsched *s)
         int n = s->nfdi < s->r.nfds ? s->nfdi : s->r.nfds;
         for (int fd = 0; fd < n; fd++) {
             VALUE io = s->fdi[fd].io;
-            if (s->r.fds[fd].head && !NIL_P(io) && io_closed(io)) {
+            if (!weft__list_empty(&s->r.fds[fd].waits) && !NIL_P(io) && io_closed(io)) {
                 s->fdi[fd].io = Qnil;
                 weft__reactor_fd_close(&s->r, fd, -EBADF);
             }
@@ -489,7 +471,7 @@ static void poll_blocking(rsched *s)
     /* Collect what is ready now without giving up the GVL: releasing and
      * re-taking it costs far more than one extra non-blocking poll. */
     (void)weft__reactor_run_once(&s->r, false);
-    if (s->rq_head)
+    if (!weft__list_empty(&s->ready))
         return;
     rb_thread_call_without_gvl(poll_nogvl, s, poll_ubf, s);
     rb_thread_check_ints();
@@ -678,7 +660,7 @@ static void wait_for(rsched *s, rwait *rw)
             return;
         } else {
             rwait *next = NULL;
-            if (s->rq_head && s->handoffs < HANDOFF_MAX) {
+            if (!weft__list_empty(&s->ready) && s->handoffs < HANDOFF_MAX) {
                 next = rq_pop(s);
                 s->handoffs++;
                 if (next == rw)
@@ -700,11 +682,7 @@ static void wait_for(rsched *s, rwait *rw)
 static void intr_link(rsched *s, rintr *ri)
 {
     ri->epoch = s->epoch;
-    ri->prev = NULL;
-    ri->next = s->intrs;
-    if (s->intrs)
-        s->intrs->prev = ri;
-    s->intrs = ri;
+    weft__list_push_front(&s->intrs, &ri->node);
     ri->linked = 1;
 }
 
@@ -717,12 +695,7 @@ static void intr_unlink(rsched *s, rintr *ri)
         return;
     if (ri->timer.idx != WEFT__TIMER_IDLE)
         weft__heap_remove(&s->r.timers, &ri->timer);
-    if (ri->prev)
-        ri->prev->next = ri->next;
-    else
-        s->intrs = ri->next;
-    if (ri->next)
-        ri->next->prev = ri->prev;
+    weft__list_remove(&s->intrs, &ri->node);
 }
 
 /* Wake @fiber if it waits in one of our hooks (it then delivers). A
@@ -746,7 +719,8 @@ static void intr_timer_fired(weft__timer *t)
 /* Raise the first pending interrupt of the current fiber, if any. */
 static void deliver_interrupts(rsched *s, VALUE fiber)
 {
-    for (rintr *ri = s->intrs; ri; ri = ri->next) {
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
         if (!ri->fired || ri->delivered || ri->fiber != fiber)
             continue;
         ri->delivered = 1;
@@ -788,7 +762,7 @@ static int rw_wait(rsched *s, rwait *rw, bool yield)
     } else {
         rb_ensure(wait_body, (VALUE)rw, wait_ensure, (VALUE)rw);
     }
-    if (s->intrs)
+    if (!weft__list_empty(&s->intrs))
         deliver_interrupts(s, rw->fiber);
     return rw->w.result;
 }
@@ -836,7 +810,7 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         for (int i = s->nfdi; i < n; i++) {
             s->fdi[i].io = Qnil;
             s->fdi[i].w_owner = Qnil;
-            s->fdi[i].w_waiters = NULL;
+            s->fdi[i].w_waiters = (weft__list){NULL, NULL};
             s->fdi[i].is_sock = s->fdi[i].is_reg = s->fdi[i].is_fifo = 0;
             s->fdi[i].nonblock = 0;
         }
@@ -849,9 +823,9 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
             rb_memerror();
         /* Waiters left by an IO that was closed under them (the number was
          * reused since): they get EBADF; the new IO starts afresh. */
-        if (st->head && (NIL_P(fi->io) || io_closed(fi->io)))
+        if (!weft__list_empty(&st->waits) && (NIL_P(fi->io) || io_closed(fi->io)))
             weft__reactor_fd_close(&s->r, fd, -EBADF);
-        if (!st->head)
+        if (weft__list_empty(&st->waits))
             weft__reactor_fd_new(&s->r, fd);
         if (!NIL_P(fi->w_owner))
             owner_release(s, fd); /* its writer's IO is gone */
@@ -958,14 +932,7 @@ static void owner_unlink(rsched *s, rwait *rw)
     rw->olinked = 0;
     if (rw->epoch != s->epoch || rw->ofd >= s->nfdi)
         return;
-    fdinfo *fi = &s->fdi[rw->ofd];
-    if (rw->oprev)
-        rw->oprev->onext = rw->onext;
-    else
-        fi->w_waiters = rw->onext;
-    if (rw->onext)
-        rw->onext->oprev = rw->oprev;
-    rw->onext = rw->oprev = NULL;
+    weft__list_remove(&s->fdi[rw->ofd].w_waiters, &rw->onode);
 }
 
 /* The writer of @fd is done (or gone): every waiting writer may go. */
@@ -975,12 +942,10 @@ static void owner_release(rsched *s, int fd)
         return;
     fdinfo *fi = &s->fdi[fd];
     fi->w_owner = Qnil;
-    rwait *rw = fi->w_waiters, *next;
-    fi->w_waiters = NULL;
-    for (; rw; rw = next) {
-        next = rw->onext;
+    weft__node *n;
+    while ((n = weft__list_pop(&fi->w_waiters))) {
+        rwait *rw = RW_OF(n, onode);
         rw->olinked = 0;
-        rw->onext = rw->oprev = NULL;
         if (rw->w.active)
             weft__wait_complete(&rw->w, 0);
     }
@@ -1003,12 +968,9 @@ static void owner_wait(rsched *s, int fd, VALUE cur)
         fdinfo *fi = &s->fdi[fd];
         rw.ofd = fd;
         rw.olinked = 1;
-        rw.onext = fi->w_waiters;
-        if (fi->w_waiters)
-            fi->w_waiters->oprev = &rw;
-        fi->w_waiters = &rw;
+        weft__list_push(&fi->w_waiters, &rw.onode);
         rb_ensure(wait_body, (VALUE)&rw, owner_wait_ensure, (VALUE)&rw);
-        if (s->intrs)
+        if (!weft__list_empty(&s->intrs))
             deliver_interrupts(s, cur);
     }
 }
@@ -1068,7 +1030,7 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
     int64_t deadline = NIL_P(timeout) ? io_timeout_deadline(io, &io_tmo)
                                       : to_deadline(timeout);
     VALUE cur = rb_fiber_current();
-    if (s->intrs)
+    if (!weft__list_empty(&s->intrs))
         deliver_interrupts(s, cur);
     /* epoll is edge-triggered: look first. A ring's POLL_ADD checks the
      * current state when it is submitted, so there the look is a wasted
@@ -1153,9 +1115,11 @@ enum { OP_READ, OP_WRITE, OP_PREAD, OP_PWRITE };
 /* Has @fiber a fired interrupt not yet raised? */
 static bool intr_pending(rsched *s, VALUE fiber)
 {
-    for (rintr *ri = s->intrs; ri; ri = ri->next)
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
         if (ri->fired && !ri->delivered && ri->fiber == fiber)
             return true;
+    }
     return false;
 }
 
@@ -1379,7 +1343,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         ssize_t n;
         int err = 0;
         if (ring) {
-            if (s->intrs && intr_pending(s, cur)) {
+            if (!weft__list_empty(&s->intrs) && intr_pending(s, cur)) {
                 if (total)
                     break; /* raised on the next call */
                 deliver_interrupts(s, cur);
@@ -1420,7 +1384,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                     break;
                 continue;
             }
-            if (res == -ECANCELED && s->intrs && intr_pending(s, cur))
+            if (res == -ECANCELED && !weft__list_empty(&s->intrs) && intr_pending(s, cur))
                 continue; /* raised at the top (or the bytes returned) */
             if (res < 0)
                 FAIL(res);
@@ -1766,7 +1730,7 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
     VALUE result = Qnil;
     VALUE cur = rb_fiber_current();
     for (;;) {
-        if (s->intrs)
+        if (!weft__list_empty(&s->intrs))
             deliver_interrupts(s, cur);
         sel_refresh(&a);
         result = sel_ready(&a);
@@ -1878,7 +1842,8 @@ static VALUE stop_exception(const char *why)
 static long stop_all(rsched *s, VALUE exc)
 {
     long n = 0;
-    for (rwait *rw = s->all; rw; rw = rw->anext) {
+    for (weft__node *a = s->all.head; a; a = a->next) {
+        rwait *rw = RW_OF(a, anode);
         rintr *ri = ZALLOC(rintr);
         ri->s = s;
         ri->fiber = rw->fiber;
@@ -1890,9 +1855,11 @@ static long stop_all(rsched *s, VALUE exc)
         intr_link(s, ri);
         n++;
     }
-    for (rwait *rw = s->all; rw; rw = rw->anext)
+    for (weft__node *a = s->all.head; a; a = a->next) {
+        rwait *rw = RW_OF(a, anode);
         if (rw->w.active && !rw->w.nocancel)
             weft__wait_complete(&rw->w, -ECANCELED);
+    }
     return n;
 }
 
@@ -2083,8 +2050,7 @@ static bool thread_aborting(VALUE thread)
 static void abandon_fibers(rsched *s)
 {
     s->epoch++;
-    s->all = NULL;
-    s->rq_head = s->rq_tail = NULL;
+    s->all = s->ready = (weft__list){NULL, NULL};
     st_clear(s->waiting);
     free_heap_intrs(s);
 }
@@ -2234,9 +2200,9 @@ static VALUE s_stats(VALUE self)
     check_fork(s);
     VALUE h = rb_hash_new();
     size_t ready = 0, all = 0;
-    for (rwait *rw = s->rq_head; rw; rw = rw->rnext)
+    for (weft__node *n = s->ready.head; n; n = n->next)
         ready++;
-    for (rwait *rw = s->all; rw; rw = rw->anext)
+    for (weft__node *n = s->all.head; n; n = n->next)
         all++;
     rb_hash_aset(h, ID2SYM(rb_intern("waits")), SIZET2NUM(s->r_live ? s->r.nwaits : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("fd_waits")), SIZET2NUM(s->r_live ? s->r.nfd_waits : 0));
