@@ -82,9 +82,18 @@ module HelloServer
     conn.close unless conn.closed?
   end
 
+  # Out of descriptors (or kernel memory): the connection stays in the
+  # accept queue; back off and try again once others have closed.
+  ACCEPT_BACKOFF = [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM].freeze
+
   def self.accept_loop(server)
     loop do
-      conn = server.accept
+      begin
+        conn = server.accept
+      rescue *ACCEPT_BACKOFF
+        sleep 0.01
+        next
+      end
       conn.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
       yield conn
     end
