@@ -12,58 +12,93 @@
 #include "evmask.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #define EP_BATCH 256
 
+/* The backend's own state (weft__reactor.bstate): the epoll set and which
+ * descriptors are in it. */
+typedef struct epstate {
+    int epfd;
+    uint8_t *reg;            /* reg[fd]: added to the set               */
+    int nreg;
+} epstate;
+
+static epstate *S(weft__reactor *r) { return r->bstate; }
+
 static int ep_init(weft__reactor *r)
 {
-    r->bfd = epoll_create1(EPOLL_CLOEXEC);
-    if (r->bfd < 0)
-        return -errno;
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WEFT__WAKE_TOKEN};
-    if (epoll_ctl(r->bfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0) {
+    epstate *st = calloc(1, sizeof *st);
+    if (!st)
+        return -ENOMEM;
+    st->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (st->epfd < 0) {
         int e = errno;
-        close(r->bfd);
-        r->bfd = -1;
+        free(st);
         return -e;
     }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WEFT__WAKE_TOKEN};
+    if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0) {
+        int e = errno;
+        close(st->epfd);
+        free(st);
+        return -e;
+    }
+    r->bstate = st;
     return 0;
 }
 
 static void ep_fini(weft__reactor *r)
 {
-    if (r->bfd >= 0)
-        close(r->bfd);
-    r->bfd = -1;
+    epstate *st = S(r);
+    if (!st)
+        return;
+    close(st->epfd);
+    free(st->reg);
+    free(st);
+    r->bstate = NULL;
 }
 
 static int ep_fd_update(weft__reactor *r, int fd)
 {
-    weft__fdstate *st = &r->fds[fd];
-    if (st->registered || weft__list_empty(&st->waits))
+    epstate *st = S(r);
+    weft__fdstate *fs = &r->fds[fd];
+    if ((fd < st->nreg && st->reg[fd]) || weft__list_empty(&fs->waits))
         return 0;
+    if (fd >= st->nreg) {
+        int n = st->nreg ? st->nreg : 256;
+        while (n <= fd)
+            n *= 2;
+        uint8_t *nr = realloc(st->reg, (size_t)n);
+        if (!nr)
+            return -ENOMEM;
+        memset(nr + st->nreg, 0, (size_t)(n - st->nreg));
+        st->reg = nr;
+        st->nreg = n;
+    }
     struct epoll_event ev = {
         .events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP | EPOLLET,
-        .data.u64 = weft__fd_token(fd, st->gen),
+        .data.u64 = weft__fd_token(fd, fs->gen),
     };
-    if (epoll_ctl(r->bfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+    if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
         /* Still registered from a previous life (a dup of it is open). */
-        if (errno != EEXIST || epoll_ctl(r->bfd, EPOLL_CTL_MOD, fd, &ev) < 0)
+        if (errno != EEXIST || epoll_ctl(st->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
             return -errno;
     }
-    st->registered = 1;
+    st->reg[fd] = 1;
     return 0;
 }
 
 static void ep_fd_forget(weft__reactor *r, int fd)
 {
-    weft__fdstate *st = &r->fds[fd];
-    if (st->registered) {
+    epstate *st = S(r);
+    if (fd < st->nreg && st->reg[fd]) {
         struct epoll_event ev = {0};
-        (void)epoll_ctl(r->bfd, EPOLL_CTL_DEL, fd, &ev);
-        st->registered = 0;
+        (void)epoll_ctl(st->epfd, EPOLL_CTL_DEL, fd, &ev);
+        st->reg[fd] = 0;
     }
 }
 
@@ -81,7 +116,7 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
             ts = weft__ns_timespec(timeout_ns);
             tp = &ts;
         }
-        n = epoll_pwait2(r->bfd, evs, EP_BATCH, tp, NULL);
+        n = epoll_pwait2(S(r)->epfd, evs, EP_BATCH, tp, NULL);
         if (n < 0 && (errno == ENOSYS || errno == EPERM || errno == EINVAL ||
                       errno == EOPNOTSUPP)) {
             atomic_store(&no_pwait2, 1);
@@ -92,7 +127,7 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
                  : timeout_ns > (int64_t)INT32_MAX * 1000000
                      ? INT32_MAX
                      : (int)((timeout_ns + 999999) / 1000000);
-        n = epoll_wait(r->bfd, evs, EP_BATCH, ms);
+        n = epoll_wait(S(r)->epfd, evs, EP_BATCH, ms);
     }
     if (n < 0)
         return errno == EINTR ? 0 : -errno;

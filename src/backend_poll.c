@@ -16,68 +16,103 @@
 #include <signal.h>
 #include <stdlib.h>
 
-static struct pollfd *pfds(weft__reactor *r) { return r->pfds; }
+/* The backend's own state (weft__reactor.bstate): the pollfd array (slot
+ * 0 the wake-up eventfd) and each descriptor's slot in it. */
+typedef struct plstate {
+    struct pollfd *pfds;
+    int npfds, cap;
+    int32_t *slot;           /* slot[fd]: index in pfds, -1 none         */
+    int nslot;
+} plstate;
+
+static plstate *S(weft__reactor *r) { return r->bstate; }
 
 static int pl_init(weft__reactor *r)
 {
-    r->pfd_cap = 64;
-    r->pfds = malloc((size_t)r->pfd_cap * sizeof(struct pollfd));
-    if (!r->pfds)
+    plstate *st = calloc(1, sizeof *st);
+    if (!st)
         return -ENOMEM;
-    pfds(r)[0] = (struct pollfd){.fd = r->wakefd, .events = POLLIN};
-    r->npfds = 1;
+    st->cap = 64;
+    st->pfds = malloc((size_t)st->cap * sizeof *st->pfds);
+    if (!st->pfds) {
+        free(st);
+        return -ENOMEM;
+    }
+    st->pfds[0] = (struct pollfd){.fd = r->wakefd, .events = POLLIN};
+    st->npfds = 1;
+    r->bstate = st;
     return 0;
 }
 
 static void pl_fini(weft__reactor *r)
 {
-    free(r->pfds);
-    r->pfds = NULL;
-    r->npfds = r->pfd_cap = 0;
+    plstate *st = S(r);
+    if (!st)
+        return;
+    free(st->pfds);
+    free(st->slot);
+    free(st);
+    r->bstate = NULL;
 }
 
-static void slot_remove(weft__reactor *r, int fd)
+static int32_t slot_of(const plstate *st, int fd)
 {
-    weft__fdstate *st = &r->fds[fd];
-    int i = st->pidx, last = r->npfds - 1;
+    return fd < st->nslot ? st->slot[fd] : -1;
+}
+
+static void slot_remove(plstate *st, int fd)
+{
+    int i = slot_of(st, fd), last = st->npfds - 1;
     if (i < 0)
         return;
     if (i != last) {
-        pfds(r)[i] = pfds(r)[last];
-        r->fds[pfds(r)[i].fd].pidx = i;
+        st->pfds[i] = st->pfds[last];
+        st->slot[st->pfds[i].fd] = i;
     }
-    r->npfds--;
-    st->pidx = -1;
+    st->npfds--;
+    st->slot[fd] = -1;
 }
 
 static int pl_fd_update(weft__reactor *r, int fd)
 {
-    weft__fdstate *st = &r->fds[fd];
+    plstate *st = S(r);
     uint32_t interest = 0;
-    for (weft__wait *w = weft__fd_first(st); w; w = weft__fd_next(w))
+    for (weft__wait *w = weft__fd_first(&r->fds[fd]); w; w = weft__fd_next(w))
         interest |= w->events;
     if (!interest) {
-        slot_remove(r, fd);
+        slot_remove(st, fd);
         return 0;
     }
-    if (st->pidx < 0) {
-        if (r->npfds == r->pfd_cap) {
-            int ncap = r->pfd_cap * 2;
-            struct pollfd *np = realloc(r->pfds, (size_t)ncap * sizeof *np);
+    if (fd >= st->nslot) {
+        int n = st->nslot ? st->nslot : 256;
+        while (n <= fd)
+            n *= 2;
+        int32_t *ns = realloc(st->slot, (size_t)n * sizeof *ns);
+        if (!ns)
+            return -ENOMEM;
+        for (int i = st->nslot; i < n; i++)
+            ns[i] = -1;
+        st->slot = ns;
+        st->nslot = n;
+    }
+    if (st->slot[fd] < 0) {
+        if (st->npfds == st->cap) {
+            int ncap = st->cap * 2;
+            struct pollfd *np = realloc(st->pfds, (size_t)ncap * sizeof *np);
             if (!np)
                 return -ENOMEM;
-            r->pfds = np;
-            r->pfd_cap = ncap;
+            st->pfds = np;
+            st->cap = ncap;
         }
-        st->pidx = r->npfds++;
-        pfds(r)[st->pidx].fd = fd;
+        st->slot[fd] = st->npfds++;
+        st->pfds[st->slot[fd]].fd = fd;
     }
-    pfds(r)[st->pidx].events = weft__ev_to_poll(interest);
-    pfds(r)[st->pidx].revents = 0;
+    st->pfds[st->slot[fd]].events = weft__ev_to_poll(interest);
+    st->pfds[st->slot[fd]].revents = 0;
     return 0;
 }
 
-static void pl_fd_forget(weft__reactor *r, int fd) { slot_remove(r, fd); }
+static void pl_fd_forget(weft__reactor *r, int fd) { slot_remove(S(r), fd); }
 
 static int pl_poll(weft__reactor *r, int64_t timeout_ns)
 {
@@ -86,23 +121,24 @@ static int pl_poll(weft__reactor *r, int64_t timeout_ns)
         ts = weft__ns_timespec(timeout_ns);
         tp = &ts;
     }
-    int n = ppoll(pfds(r), (nfds_t)r->npfds, tp, NULL);
+    plstate *st = S(r);
+    int n = ppoll(st->pfds, (nfds_t)st->npfds, tp, NULL);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
     if (n == 0)
         return 0;
     /* Walk down: completing a descriptor's waiters may move the last slot
      * into the current one, never disturbing slots not yet visited. */
-    for (int i = r->npfds - 1; i >= 1; i--) {
-        struct pollfd p = pfds(r)[i];
+    for (int i = st->npfds - 1; i >= 1; i--) {
+        struct pollfd p = st->pfds[i];
         if (!p.revents)
             continue;
-        pfds(r)[i].revents = 0;
+        st->pfds[i].revents = 0;
         weft__reactor_fd_event(r, weft__fd_token(p.fd, r->fds[p.fd].gen),
                                weft__poll_to_ev((unsigned)p.revents));
     }
-    if (pfds(r)[0].revents) {
-        pfds(r)[0].revents = 0;
+    if (st->pfds[0].revents) {
+        st->pfds[0].revents = 0;
         weft__reactor_drain_posts(r);
     }
     return 0;

@@ -60,7 +60,6 @@ typedef struct ustate {
     uop *all;                /* every record ever allocated            */
     uop *cancels;            /* cancels that found no free SQE yet     */
     bool wake_armed;
-    bool have_ext_arg;
     bool inner;              /* reaping from inside get_sqe            */
     bool wake_deferred;      /* the eventfd fired during an inner reap */
 } ustate;
@@ -157,7 +156,6 @@ static int ur_init(weft__reactor *r)
         free(st);
         return -ENOSYS;
     }
-    st->have_ext_arg = true;
     r->bstate = st;
     rc = arm_wake(r);
     if (rc < 0) {

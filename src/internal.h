@@ -277,9 +277,6 @@ typedef struct weft__oprec {
 typedef struct weft__fdstate {
     weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
     uint32_t gen;         /* bumped on close/forget/new descriptor          */
-    uint32_t interest;    /* poll backend: union of waiters' events         */
-    int32_t pidx;         /* poll backend: index in pollfd array, -1 none   */
-    uint8_t registered;   /* epoll: added to the set                        */
     uint8_t kind;         /* WEFT__FD_UNKNOWN / SOCKET / OTHER              */
     uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
     uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
@@ -341,7 +338,6 @@ extern const weft__backend_ops weft__backend_uring;
 
 struct weft__reactor {
     const weft__backend_ops *ops;
-    int bfd;                 /* backend descriptor (epoll), -1 none       */
     int wakefd;              /* eventfd for cross-thread wake-ups          */
     weft__fdstate *fds;
     int nfds;                /* entries allocated                          */
@@ -352,12 +348,7 @@ struct weft__reactor {
     weft__post *post_head, *post_tail;
     atomic_size_t posted;
     atomic_int wake_pending;
-    /* poll backend */
-    void *pfds;
-    int *pfd_fds;
-    int npfds, pfd_cap;
-    /* completion backends */
-    void *bstate;
+    void *bstate;            /* the backend's own state                  */
     size_t ops_inflight;     /* records the kernel still owns            */
     /* write-behind buffers (io.c): every one allocated, and the free ones */
     struct weft__wb *wb_all, *wb_free;

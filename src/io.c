@@ -45,21 +45,6 @@ static int io_wait(int fd, uint32_t events, int64_t deadline)
     return weft__block(&w);
 }
 
-/* Completion ops are used when the backend has them and the call may
- * wait; a deadline that has passed means one non-blocking attempt. */
-/* WEFT_URING_TRY_FIRST=1: on io_uring, attempt socket calls with a
- * system call first and submit to the ring only when they would block
- * (the measurement behind the default is in docs/ARCHITECTURE.md). */
-static bool uring_try_first(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("WEFT_URING_TRY_FIRST");
-        v = e && *e == '1';
-    }
-    return v;
-}
-
 /* A deadline of 0 is the explicit "try once": the system call does that
  * best. Any other deadline is not compared with the clock here (a read
  * per call, ~25-40 ns): one that has passed already makes the timer fire
@@ -596,7 +581,6 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
     if (rc < 0)
         return rc;
     const uint32_t ready = write ? WEFT_WRITABLE : WEFT_READABLE;
-    bool tried = !uring_try_first();
     weft__reactor *r = &weft__sched_tls()->r;
     if (write && WEFT_UNLIKELY(r->fds[fd].wb_on || r->fds[fd].wb || r->fds[fd].wb_err)) {
         ssize_t n = wb_write(fd, iov, cnt, flags, deadline);
@@ -618,9 +602,8 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
         if (socket_only && (kind == WEFT__FD_OTHER || kind == WEFT__FD_FILE))
             return -ENOTSOCK;
         bool sock = kind == WEFT__FD_SOCKET;
-        bool ring_kind = sock ? tried
-                              : kind == WEFT__FD_FILE ||
-                                    (kind == WEFT__FD_OTHER && !write);
+        bool ring_kind = sock || kind == WEFT__FD_FILE ||
+                         (kind == WEFT__FD_OTHER && !write);
         if (ring_kind && ring_ok(deadline)) {
             weft__opdesc d = {.fd = fd, .flags = flags, .off = -1,
                               .iov = iov, .iovcnt = cnt};
@@ -684,10 +667,6 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
             return rc;
         if (last_try)
             return -ETIMEDOUT;
-        if (!tried && sock) {
-            tried = true;
-            continue; /* would block: now the ring */
-        }
         rc = io_wait(fd, ready, deadline);
         if (rc < 0)
             return rc;

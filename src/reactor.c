@@ -51,8 +51,6 @@ weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
     if (!nf)
         return NULL;
     memset(nf + r->nfds, 0, (size_t)(n - r->nfds) * sizeof *nf);
-    for (int i = r->nfds; i < n; i++)
-        nf[i].pidx = -1;
     r->fds = nf;
     r->nfds = n;
     return &r->fds[fd];
@@ -64,8 +62,7 @@ static void fd_unlink(weft__reactor *r, weft__wait *w)
     int fd = w->fd;
     w->fd = -1;
     r->nfd_waits--;
-    if (r->ops->fd_update)
-        (void)r->ops->fd_update(r, fd);
+    (void)r->ops->fd_update(r, fd);
 }
 
 /* ---- waits ------------------------------------------------------------ */
@@ -249,7 +246,6 @@ void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
         r->ops->fd_forget(r, fd);
     weft__fdstate *st = &r->fds[fd];
     st->gen++;
-    st->registered = 0;
     st->kind = WEFT__FD_UNKNOWN;
     st->nonblock = 0;
     st->always_ready = 0;
@@ -367,7 +363,6 @@ int weft__reactor_init(weft__reactor *r, weft_backend_t which)
 {
     int err;
     memset(r, 0, sizeof *r);
-    r->bfd = -1;
     r->ops = pick_backend(which, &err);
     if (!r->ops)
         return err;
