@@ -1,10 +1,11 @@
 /*
- * weft_detach() of a fiber that has just finished while another fiber is
- * joining it (woken by the finish, not yet resumed). weft.h: detach
- * returns -EINVAL when "another fiber is joining it", and the joiner gets
- * the result. Found by fuzz/ops_fuzz.c (issue 18): detach took the
- * finished slot and freed it, and the joiner, once resumed, read the freed
- * slot's result through a NULL pointer (src/sched.c, weft_join:
+ * weft_detach() or a second weft_join() of a fiber that has just finished
+ * while another fiber is joining it (woken by the finish, not yet
+ * resumed). weft.h: both return -EINVAL when another fiber is (already)
+ * joining it, and the joiner gets the result. Found by fuzz/ops_fuzz.c
+ * (issue 18): the detach (or the second join) took the finished slot and
+ * freed it, and the first joiner, once resumed, read the freed slot's
+ * result through a NULL pointer (src/sched.c, weft_join:
  * `*result = sl->result` after `sl = slot_lookup(...)` returned NULL).
  */
 #include "harness.h"
@@ -18,6 +19,14 @@ static void *detacher(void *arg)
 {
     (void)arg;
     detach_rc = weft_detach(target);
+    return NULL;
+}
+
+static int join2_rc = 1;
+static void *second_joiner(void *arg)
+{
+    (void)arg;
+    join2_rc = weft_join(target, NULL, 0);
     return NULL;
 }
 
@@ -35,6 +44,14 @@ static void *body(void *arg)
     CHECK_EQ(weft_join(d, NULL, WEFT_FOREVER), 0);
     CHECK_EQ(detach_rc, -EINVAL);
     CHECK_EQ(weft_join(target, NULL, 0), -ESRCH); /* consumed by our join */
+
+    /* The same with a second joiner in place of the detacher. */
+    CHECK_EQ(weft_spawn(finish_at_once, (void *)0x5b, NULL, &target), 0);
+    CHECK_EQ(weft_spawn(second_joiner, NULL, NULL, &d), 0);
+    CHECK_EQ(weft_join(target, &res, WEFT_FOREVER), 0);
+    CHECK(res == (void *)0x5b);
+    CHECK_EQ(weft_join(d, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(join2_rc, -EINVAL);
     return NULL;
 }
 
