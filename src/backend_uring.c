@@ -489,6 +489,32 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
     return 0;
 }
 
+/* Readiness waits are POLL ops (one per wait, no registration). */
+static int ur_fd_wait(weft__reactor *r, weft__wait *w, int fd, uint32_t events)
+{
+    (void)r;
+    weft__opdesc d = {.op = WEFT__OP_POLL, .fd = fd, .events = events};
+    return weft__wait_arm_op(w, &d);
+}
+
+/* What goes through the ring: everything on sockets; reads and writes of
+ * regular files (truly asynchronous, unlike the system calls); reads of
+ * pipes and other descriptors, but not writes: a ring write to a pipe
+ * whose reader is gone raises SIGPIPE in the submitting thread, which the
+ * guarded system call turns into -EPIPE instead. */
+static bool ur_op_ok(int kind, int op)
+{
+    switch (kind) {
+    case WEFT__FD_SOCKET:
+        return true;
+    case WEFT__FD_FILE:
+        return op == WEFT__OP_READ || op == WEFT__OP_WRITE || op == WEFT__OP_READV ||
+               op == WEFT__OP_WRITEV || op == WEFT__OP_CLOSE;
+    default:
+        return op == WEFT__OP_READ || op == WEFT__OP_READV || op == WEFT__OP_CLOSE;
+    }
+}
+
 const weft__backend_ops weft__backend_uring = {
     .name = "io_uring",
     .init = ur_init,
@@ -498,6 +524,8 @@ const weft__backend_ops weft__backend_uring = {
     .poll = ur_poll,
     .op_submit = ur_op_submit,
     .op_cancel = ur_op_cancel,
+    .fd_wait = ur_fd_wait,
+    .op_ok = ur_op_ok,
 };
 
 #endif /* WEFT_HAVE_URING */

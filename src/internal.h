@@ -215,10 +215,13 @@ typedef struct weft__wait weft__wait;
 
 /*
  * A wait: something a client (a C fiber, a Ruby fiber) blocks on. It may
- * have an fd part and a deadline part; whichever completes first completes
- * the wait exactly once, unlinks the rest, stores the result and calls
- * wake(). Waits live in the waiter's memory (a fiber's stack frame) and are
- * never referenced by the reactor after completion.
+ * have an fd part, a deadline part and a completion op; whichever part
+ * completes first completes the wait exactly once, unlinks the others,
+ * stores the result and calls wake(). Waits live in the waiter's memory (a
+ * fiber's stack frame). After completion the reactor no longer references
+ * a wait — except a wait whose op is still in flight (w->op != NULL, see
+ * weft__op_rearm below), into which the backend writes the op's outcome
+ * when its completion arrives.
  */
 struct weft__wait {
     void (*wake)(weft__wait *w);
@@ -273,29 +276,27 @@ typedef struct weft__oprec {
  * HUP, ERR); the reactor notes it and strips it. */
 #define WEFT__EV_PEER_GONE 0x100
 
-/* Per-descriptor state, indexed by fd number. */
+/* Per-descriptor state, indexed by fd number: what the reactor knows of
+ * a descriptor during one life of its number (all of it is reset, and the
+ * generation bumped, by weft__reactor_fd_close / weft__reactor_fd_new).
+ * Backends keep their own per-descriptor state behind bstate; the fiber
+ * I/O layer keeps its own table (weft__iofd, io.h). */
 typedef struct weft__fdstate {
     weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
     uint32_t gen;         /* bumped on close/forget/new descriptor          */
-    uint8_t kind;         /* WEFT__FD_UNKNOWN / SOCKET / OTHER              */
+    uint8_t kind;         /* what it is (weft__fd_kind), once learnt        */
     uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
     uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
-    /* Readiness backends, stream sockets: a read came back short, so the
-     * receive queue was empty then, and no readable edge has been reported
-     * since: the next read waits for one before trying (io.c). */
-    uint8_t rd_drained;
-    uint8_t rd_edge;      /* a readable edge was reported (any waiter or none) */
-    uint8_t rd_hup;       /* the peer closed, or an error: a short read may
-                             have left an EOF or error pending, never wait
-                             first again                                   */
-    uint8_t stream;       /* 0 unknown, 1 SOCK_STREAM, 2 another socket type  */
-    uint8_t wb_on;        /* weft_write_behind() enabled for this socket      */
-    int32_t wb_err;       /* a write-behind failed: every later write gets it */
-    struct weft__wb *wb;  /* write-behind bytes in flight (io.c), or NULL     */
+    uint8_t rd_edge;      /* a readable edge was reported since the client
+                             last cleared it (any waiter or none)           */
+    uint8_t rd_hup;       /* the peer closed, or an error, was reported:
+                             sticky for this life of the descriptor         */
 } weft__fdstate;
 
+/* Kinds of descriptor. A regular file (or block device) is never made
+ * O_NONBLOCK: its reads go to the disk on io_uring, or to a thread. */
 enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2,
-       WEFT__FD_FILE = 3 /* regular file: never O_NONBLOCK'd */ };
+       WEFT__FD_FILE = 3, WEFT__FD_FIFO = 4 };
 
 typedef struct weft__post {
     struct weft__post *next;
@@ -325,6 +326,13 @@ typedef struct weft__backend_ops {
      * without buffers (poll) are abandoned at once (w->op cleared); for the
      * others w->op stays set and the caller waits for the completion. */
     void (*op_cancel)(weft__reactor *r, weft__wait *w);
+    /* Optional: how @w waits for @fd to be ready for @events, when it is
+     * not a registration plus fd_update (io_uring: a POLL op). */
+    int (*fd_wait)(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
+    /* Optional (completion backends): whether @op on a descriptor of @kind
+     * runs as a completion op; otherwise the client makes the system call
+     * and waits for readiness on EAGAIN. */
+    bool (*op_ok)(int kind, int op);
 } weft__backend_ops;
 
 extern const weft__backend_ops weft__backend_epoll;
@@ -350,22 +358,30 @@ struct weft__reactor {
     atomic_int wake_pending;
     void *bstate;            /* the backend's own state                  */
     size_t ops_inflight;     /* records the kernel still owns            */
-    /* write-behind buffers (io.c): every one allocated, and the free ones */
-    struct weft__wb *wb_all, *wb_free;
-    /* submitted since the last poll, deadline not armed yet (io.c) */
-    struct weft__wb **wb_fresh;
-    uint32_t wb_fresh_n, wb_fresh_cap;
+    /* A client's deadlines kept outside the timers (weft__poll_hook):
+     * consulted around a poll while hook_pending is non-zero. */
+    const struct weft__poll_hook *hook;
+    uint32_t hook_pending;
 };
+
+/*
+ * A client of the reactor (the fiber layer's write-behind, wb.c) that keeps
+ * some deadlines outside the timer structure, because most of the waits
+ * they belong to complete inside the very poll that submits them (arming
+ * and disarming a timer for each would cost more than the whole noting).
+ * While r->hook_pending is non-zero, a poll that may sleep asks @deadline
+ * for the earliest such deadline (WEFT_FOREVER: none) and sleeps no longer
+ * than that; after the poll (events dispatched, before timers fire) it
+ * calls @after, which arms a timer for each wait still in flight and
+ * clears hook_pending. The reactor knows nothing else of the client.
+ */
+typedef struct weft__poll_hook {
+    int64_t (*deadline)(weft__reactor *r);
+    void (*after)(weft__reactor *r);
+} weft__poll_hook;
 
 int weft__reactor_init(weft__reactor *r, weft_backend_t which);
 void weft__reactor_fini(weft__reactor *r);
-/* io.c: free the write-behind buffers (the backend's records are gone). */
-void weft__wb_fini(weft__reactor *r);
-/* io.c: the earliest deadline of write-behinds submitted since the last
- * poll (the poll must not sleep past it), and arming the deadlines of
- * those the poll did not see complete. */
-int64_t weft__wb_fresh_min(const weft__reactor *r);
-void weft__wb_arm_fresh(weft__reactor *r);
 /* One loop iteration: wait for events (up to the next timer; forever if
  * @may_block and no timer; not at all otherwise), then fire due timers. */
 int weft__reactor_run_once(weft__reactor *r, bool may_block);
@@ -409,8 +425,10 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
  * (or WEFT_FOREVER): no clock read. One that passed in between fires at the
  * next turn of the loop. */
 int weft__wait_arm_later(weft__wait *w, int64_t deadline);
-/* Link @w to @fd for @events. If an edge was seen with no waiter, the wait
- * completes immediately with those events. Returns 0 or -ENOMEM. */
+/* Wait for @fd to be ready for @events: the backend decides how (a
+ * registration, a poll array entry, a ring POLL). A descriptor the backend
+ * cannot watch (a regular file with epoll) is always ready: the wait
+ * completes at once with @events. Returns 0 or -ENOMEM. */
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
 /* Complete @w with @result (first completion wins; later ones are no-ops). */
 void weft__wait_complete(weft__wait *w, int result);
@@ -419,8 +437,40 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d);
 static inline bool weft__reactor_has_ops(const weft__reactor *r) {
     return r->ops->op_submit != NULL;
 }
-/* Hand an op still in flight from @from to @to (both waits of one fiber). */
-void weft__wait_move_op(weft__wait *from, weft__wait *to);
+/* Whether @op (WEFT__OP_*) on a descriptor of @kind (WEFT__FD_*) should be
+ * a completion op on this reactor (see weft__backend_ops.op_ok). */
+static inline bool weft__reactor_use_op(const weft__reactor *r, int kind, int op) {
+    return r->ops->op_ok && r->ops->op_ok(kind, op);
+}
+/*
+ * Completion ops that may be cut short. A wait armed with an op (and maybe
+ * a deadline) can end before the op does: its deadline passed, the client
+ * was interrupted, the descriptor was closed. The op is then being
+ * cancelled, but the kernel may still use its buffers, and the backend
+ * still writes the op's outcome into the wait (op, op_done, op_res) when
+ * its completion arrives. So after such a wait completes, while
+ * weft__op_pending() says so, the client re-arms the same wait with
+ * weft__op_rearm() (nocancel: nothing but the completion ends it) and
+ * blocks on it again; only then is the wait's memory, and the buffer, its
+ * own again. weft__op_result() then merges the outcomes: an op that
+ * completed wins over the reason the wait ended (no data, no accepted
+ * descriptor is lost); one that was cancelled reports that reason. C
+ * fibers (io.c) and the Ruby extension both block this way.
+ */
+/* Arm @w (initialised, nothing armed yet) with @d and @deadline — a
+ * deadline that has passed fires at the next poll, which cancels the op
+ * unless it completed inside that poll's submission: one attempt. Returns
+ * 0, or -errno with @w completed with it. */
+int weft__op_start(weft__wait *w, const weft__opdesc *d, int64_t deadline);
+static inline bool weft__op_pending(const weft__wait *w) { return w->op != NULL; }
+void weft__op_rearm(weft__wait *w);
+/* @why: the result the wait first ended with. */
+int weft__op_result(const weft__wait *w, int why);
+
+/* What @fd is (WEFT__FD_SOCKET, FILE, FIFO or OTHER), learnt with one
+ * fstat per life of the descriptor and kept; -errno if @fd is not open,
+ * -ENOMEM if the table cannot grow to it. */
+int weft__fd_kind(weft__reactor *r, int fd);
 /* After fork(), in the child: release the parent's kernel objects (ring,
  * epoll set, eventfd) without touching the parent's. */
 void weft__reactor_abandon(weft__reactor *r);
@@ -477,10 +527,13 @@ typedef struct weft__slot {
     uint32_t gen;
     uint32_t next_free;       /* free list link                            */
     uint8_t state;            /* 0 free, 1 live, 2 finished, 3 detached    */
+    uint8_t joining;          /* a fiber waits in weft_join() for this one:
+                                 from its join until it has resumed (the
+                                 slot may be finished meanwhile)           */
 } weft__slot;
 
 struct weft_sched {
-    weft__reactor r;
+    weft__reactor r;          /* first: wb.c's poll hook finds us from it  */
     weft__fiber main;         /* the thread's own stack                    */
     weft__fiber *current;
     weft__fiber *rq_head, *rq_tail;
@@ -492,6 +545,15 @@ struct weft_sched {
     size_t live, handles;
     uint64_t switches, spawned;
     unsigned tick;
+    /* the fiber I/O layer (io.h); it sets io_fini when it first keeps
+     * state here, and weft_sched_destroy calls it (after the reactor's
+     * teardown): the scheduler knows nothing else of that layer */
+    void (*io_fini)(weft_sched_t *s);
+    struct weft__iofd *iofd;
+    int niofd;
+    struct weft__wb *wb_all, *wb_free;  /* write-behind buffers (wb.c)   */
+    struct weft__wb **wb_fresh;         /* submitted, deadline not armed  */
+    uint32_t wb_fresh_n, wb_fresh_cap;
     pthread_t owner;
     bool running;
     bool forked;              /* this is a fork child's copy: see sched.c */

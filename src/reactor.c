@@ -134,11 +134,8 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
         }
         st->always_ready = 0;
     }
-    if (weft__reactor_has_ops(r)) {
-        /* Completion backends wait for readiness with a poll op. */
-        weft__opdesc d = {.op = WEFT__OP_POLL, .fd = fd, .events = events};
-        return weft__wait_arm_op(w, &d);
-    }
+    if (r->ops->fd_wait)
+        return r->ops->fd_wait(r, w, fd, events); /* e.g. a ring POLL */
     fd_link(r, w, fd, events);
     int rc = r->ops->fd_update(r, fd);
     if (rc < 0) {
@@ -185,13 +182,52 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
     return 0;
 }
 
-void weft__wait_move_op(weft__wait *from, weft__wait *to)
+int weft__op_start(weft__wait *w, const weft__opdesc *d, int64_t deadline)
 {
-    weft__oprec *rec = from->op;
-    from->op = NULL;
-    to->op = rec;
-    if (rec)
-        rec->wait = to;
+    int rc = weft__wait_arm_later(w, deadline);
+    if (rc == 0)
+        rc = weft__wait_arm_op(w, d);
+    if (rc < 0)
+        weft__wait_complete(w, rc);
+    return rc;
+}
+
+void weft__op_rearm(weft__wait *w)
+{
+    /* Completed (so unlinked from its timer and descriptor), its op being
+     * cancelled, its record still pointing here: only the op's completion
+     * may end it now. */
+    w->active = true;
+    w->nocancel = true;
+    w->result = 0;
+    w->r->nwaits++;
+}
+
+int weft__op_result(const weft__wait *w, int why)
+{
+    if (!w->op_done)
+        return why; /* ended before the op was submitted */
+    int res = w->op_res;
+    if ((res == -ECANCELED || res == -EINTR) && why < 0 && why != res)
+        return why;
+    return res;
+}
+
+int weft__fd_kind(weft__reactor *r, int fd)
+{
+    weft__fdstate *st = weft__fd(r, fd);
+    if (!st)
+        return -ENOMEM;
+    if (st->kind != WEFT__FD_UNKNOWN)
+        return st->kind;
+    struct stat sb;
+    if (fstat(fd, &sb) < 0)
+        return -errno;
+    st->kind = S_ISSOCK(sb.st_mode)                          ? WEFT__FD_SOCKET
+               : S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode) ? WEFT__FD_FILE
+               : S_ISFIFO(sb.st_mode)                       ? WEFT__FD_FIFO
+                                                            : WEFT__FD_OTHER;
+    return st->kind;
 }
 
 void weft__wait_complete(weft__wait *w, int result)
@@ -249,13 +285,8 @@ void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
     st->kind = WEFT__FD_UNKNOWN;
     st->nonblock = 0;
     st->always_ready = 0;
-    st->rd_drained = 0;
     st->rd_edge = 0;
     st->rd_hup = 0;
-    st->stream = 0;
-    st->wb_on = 0;
-    st->wb_err = 0;
-    st->wb = NULL; /* its op was cancelled above; io.c sees it detached */
 }
 
 void weft__reactor_fd_new(weft__reactor *r, int fd)
@@ -398,7 +429,6 @@ void weft__reactor_fini(weft__reactor *r)
     r->post_head = r->post_tail = NULL;
     atomic_store(&r->posted, 0);
     r->ops->fini(r);
-    weft__wb_fini(r);
     close(r->wakefd);
     pthread_mutex_destroy(&r->post_lock);
     weft__heap_fini(&r->timers);
@@ -415,8 +445,8 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         int64_t d = t->deadline - weft_now();
         timeout = d < 0 ? 0 : d;
     }
-    if (WEFT_UNLIKELY(r->wb_fresh_n != 0) && timeout != 0) {
-        int64_t d = weft__wb_fresh_min(r);
+    if (WEFT_UNLIKELY(r->hook_pending != 0) && timeout != 0) {
+        int64_t d = r->hook->deadline(r);
         if (d != WEFT_FOREVER) {
             d -= weft_now();
             if (timeout < 0 || d < timeout)
@@ -431,8 +461,8 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
     if (may_block || r->nwaits ||
         atomic_load_explicit(&r->wake_pending, memory_order_relaxed))
         rc = r->ops->poll(r, timeout);
-    if (WEFT_UNLIKELY(r->wb_fresh_n != 0))
-        weft__wb_arm_fresh(r);
+    if (WEFT_UNLIKELY(r->hook_pending != 0))
+        r->hook->after(r);
     if (weft__heap_count(&r->timers)) {
         int64_t now = weft_now();
         while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {

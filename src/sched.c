@@ -227,6 +227,7 @@ static int slot_alloc(weft_sched_t *s, uint32_t *out)
     }
     *out = s->nslots++;
     s->slots[*out].gen = 1;
+    s->slots[*out].joining = 0;
     return 0;
 }
 
@@ -583,10 +584,10 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
         return -EINVAL;
     if (sl->fiber == s->current)
         return -EDEADLK;
+    if (sl->joining)
+        return -EINVAL; /* another fiber is joining it */
     if (sl->state == SLOT_LIVE) {
         weft__fiber *f = sl->fiber;
-        if (f->joiner)
-            return -EINVAL;
         weft__wait w;
         weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
         rc = weft__wait_arm_deadline(&w, deadline);
@@ -595,10 +596,12 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
             return rc;
         }
         f->joiner = &w;
+        sl->joining = 1; /* until we resume, even if it finishes first */
         rc = weft__block(&w);
         sl = slot_lookup(s, h); /* the table may have moved */
+        sl->joining = 0;
         if (rc < 0) {
-            if (sl && sl->fiber && sl->fiber->joiner == &w)
+            if (sl->fiber && sl->fiber->joiner == &w)
                 sl->fiber->joiner = NULL;
             return rc;
         }
@@ -615,13 +618,11 @@ int weft_detach(weft_fiber_t h)
     weft__slot *sl = slot_lookup(s, h);
     if (!sl)
         return -ESRCH;
-    if (sl->state == SLOT_DETACHED)
-        return -EINVAL;
+    if (sl->state == SLOT_DETACHED || sl->joining)
+        return -EINVAL; /* detached, or a fiber is joining it */
     if (sl->state == SLOT_FINISHED) {
         slot_free(s, (uint32_t)h.id - 1);
     } else {
-        if (sl->fiber->joiner)
-            return -EINVAL;
         sl->state = SLOT_DETACHED;
         s->handles--;
     }
@@ -752,6 +753,8 @@ int weft_sched_destroy(weft_sched_t *s)
     if (s->running || s->live || !s->current->is_main)
         return -EBUSY;
     weft__reactor_fini(&s->r);
+    if (s->io_fini)
+        s->io_fini(s);
     weft__stack_cache_fini(&s->stacks);
     free(s->slots);
     weft__overflow_remove(s);

@@ -92,7 +92,6 @@ typedef struct fdinfo {
      * never split by another fiber's write. Qnil: none. */
     VALUE w_owner;
     weft__list w_waiters;    /* rwaits of fibers waiting for w_owner    */
-    uint8_t is_sock, is_reg, is_fifo, nonblock;
 } fdinfo;
 
 struct rsched {
@@ -811,8 +810,6 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
             s->fdi[i].io = Qnil;
             s->fdi[i].w_owner = Qnil;
             s->fdi[i].w_waiters = (weft__list){NULL, NULL};
-            s->fdi[i].is_sock = s->fdi[i].is_reg = s->fdi[i].is_fifo = 0;
-            s->fdi[i].nonblock = 0;
         }
         s->nfdi = n;
     }
@@ -830,15 +827,10 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         if (!NIL_P(fi->w_owner))
             owner_release(s, fd); /* its writer's IO is gone */
         fi->io = io;
-        struct stat sb;
-        fi->is_sock = fi->is_reg = fi->is_fifo = 0;
-        if (fstat(fd, &sb) == 0) {
-            fi->is_sock = S_ISSOCK(sb.st_mode);
-            fi->is_fifo = S_ISFIFO(sb.st_mode);
-            fi->is_reg = S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode);
-        }
+        /* What the descriptor is: the reactor's one classification. */
+        (void)weft__fd_kind(&s->r, fd);
         int fl = fcntl(fd, F_GETFL);
-        fi->nonblock = fl >= 0 && (fl & O_NONBLOCK);
+        s->r.fds[fd].nonblock = fl >= 0 && (fl & O_NONBLOCK);
     }
     return fi;
 }
@@ -1131,41 +1123,11 @@ static void reap_sync(rsched *s, weft__wait *w)
         (void)weft__reactor_run_once(&s->r, true);
 }
 
-/* @rw ended with its op still in flight (cancel requested): wait for the
- * op's completion in a nocancel wait, then copy its result into @rw. */
-static void ring_finish(rsched *s, rwait *rw)
-{
-    rwait rw2;
-    rw_begin(s, &rw2, RW_IO);
-    rw2.w.nocancel = true;
-    weft__wait_move_op(&rw->w, &rw2.w);
-    int state = 0;
-    rb_protect(wait_body, (VALUE)&rw2, &state);
-    rw_end(&rw2);
-    if (rw2.w.op && rw2.epoch == s->epoch)
-        reap_sync(s, &rw2.w);
-    rw->w.op_done = rw2.w.op_done;
-    rw->w.op_res = rw2.w.op_res;
-    if (state)
-        rb_jump_tag(state);
-}
-
-struct finish_arg {
-    rsched *s;
-    rwait *rw;
-};
-
-static VALUE ring_finish_body(VALUE p)
-{
-    struct finish_arg *a = (struct finish_arg *)p;
-    ring_finish(a->s, a->rw);
-    return Qnil;
-}
-
 /* Run @d as one ring op for the current fiber, waiting until @deadline.
  * Returns the op's result (bytes or -errno), or why the wait ended (e.g.
- * -ETIMEDOUT, -ECANCELED, -EBADF) if the op was cancelled. @buffer is
- * locked for the op's lifetime unless it already was. */
+ * -ETIMEDOUT, -ECANCELED, -EBADF) if the op was cancelled (see
+ * weft__op_start in internal.h). @buffer is locked for the op's lifetime
+ * unless it already was. */
 static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
                    int64_t deadline)
 {
@@ -1178,36 +1140,31 @@ static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
     }
     rwait rw;
     rw_begin(s, &rw, RW_IO);
-    int rc = weft__wait_arm_deadline(&rw.w, deadline);
-    if (rc == 0)
-        rc = weft__wait_arm_op(&rw.w, d);
-    if (rc < 0)
-        weft__wait_complete(&rw.w, rc);
-    else
-        s->ring_ops++;
     int state = 0;
-    if (rw.w.active)
+    if (weft__op_start(&rw.w, d, deadline) == 0) {
+        s->ring_ops++;
         rb_protect(wait_body, (VALUE)&rw, &state);
-    rw_end(&rw);
-    if (rw.w.op && rw.epoch == s->epoch) {
-        if (state)
-            reap_sync(s, &rw.w);
-        else {
-            struct finish_arg fa = {s, &rw};
-            rb_protect(ring_finish_body, (VALUE)&fa, &state);
-        }
     }
+    int why = rw.w.result;
+    /* The wait ended before its op: the kernel may still use the buffer.
+     * Wait for the op's completion on the same wait, re-armed (nocancel),
+     * letting other fibers run — or, unwinding, right here. */
+    while (weft__op_pending(&rw.w) && rw.epoch == s->epoch) {
+        if (state) {
+            if (rw.w.active && !rw.w.nocancel)
+                weft__wait_complete(&rw.w, -ECANCELED); /* cancels the op */
+            reap_sync(s, &rw.w);
+            break;
+        }
+        weft__op_rearm(&rw.w);
+        rb_protect(wait_body, (VALUE)&rw, &state);
+    }
+    rw_end(&rw);
     if (locked)
         (void)rb_io_buffer_try_unlock(buffer);
     if (state)
         rb_jump_tag(state);
-    int why = rw.w.result;
-    if (!rw.w.op_done)
-        return why; /* ended before the op was submitted */
-    int res = rw.w.op_res;
-    if ((res == -ECANCELED || res == -EINTR) && why < 0 && why != res)
-        return why;
-    return res;
+    return weft__op_result(&rw.w, why);
 }
 
 /* ---- regular files off the loop --------------------------------------
@@ -1312,7 +1269,12 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         rb_raise(rb_eArgError, "offset %zu beyond buffer size %zu", offset, size);
     if (length > size - offset)
         length = size - offset;
-    fdinfo *fi = fd_prepare(s, fd, io);
+    fd_prepare(s, fd, io);
+    const int kind = s->r.fds[fd].kind;
+    const bool is_file = kind == WEFT__FD_FILE, is_sock = kind == WEFT__FD_SOCKET;
+    const bool positioned = op == OP_PREAD || op == OP_PWRITE;
+    const int ring_op = is_sock ? (writing_op ? WEFT__OP_SEND : WEFT__OP_RECV)
+                                : (writing_op ? WEFT__OP_WRITE : WEFT__OP_READ);
     int ev = writing_op ? WEFT_WRITABLE : WEFT_READABLE;
     /* IO#timeout (Ruby >= 3.2) bounds the whole transfer; when it passes
      * before anything moved, IO::TimeoutError, as without a scheduler. */
@@ -1330,10 +1292,8 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
      * zero @length on anything else and a zero deadline stay non-blocking
      * system calls. */
     bool has_ops = weft__reactor_has_ops(&s->r);
-    bool ring = deadline != 0 && has_ops &&
-                (fi->is_reg ||
-                 (length > 0 && ((fi->is_sock && (op == OP_READ || op == OP_WRITE)) ||
-                                 (fi->is_fifo && op == OP_READ))));
+    bool ring = deadline != 0 && (is_file || (length > 0 && !positioned)) &&
+                weft__reactor_use_op(&s->r, kind, ring_op);
     VALUE cur = ring ? rb_fiber_current() : Qnil;
     size_t total = 0;
     for (;;) {
@@ -1349,25 +1309,12 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                 deliver_interrupts(s, cur);
             }
             weft__opdesc d = {.fd = fd, .buf = (char *)base + offset,
-                              .len = fi->is_reg && max > FILE_CHUNK ? FILE_CHUNK : max,
+                              .len = is_file && max > FILE_CHUNK ? FILE_CHUNK : max,
                               .off = -1,
-                              .async = fi->is_reg && max >= FILE_ASYNC_MIN};
-            switch (op) {
-            case OP_READ:
-                d.op = fi->is_sock ? WEFT__OP_RECV : WEFT__OP_READ;
-                break;
-            case OP_WRITE:
-                d.op = fi->is_sock ? WEFT__OP_SEND : WEFT__OP_WRITE;
-                break;
-            case OP_PREAD:
-                d.op = WEFT__OP_READ;
+                              .async = is_file && max >= FILE_ASYNC_MIN,
+                              .op = ring_op};
+            if (positioned)
                 d.off = (int64_t)from + (int64_t)total;
-                break;
-            default:
-                d.op = WEFT__OP_WRITE;
-                d.off = (int64_t)from + (int64_t)total;
-                break;
-            }
             int res = ring_io(s, buffer, &d, deadline);
             get_buffer(buffer, !writing_op, &base, &size);
             if (offset > size)
@@ -1391,7 +1338,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             n = res;
             goto moved;
         }
-        if (fi->is_reg && !has_ops && deadline != 0 && max >= FILE_OFFLOAD_MIN) {
+        if (is_file && !has_ops && deadline != 0 && max >= FILE_OFFLOAD_MIN) {
             struct fileop f = {.fd = fd, .op = op, .buf = (char *)base + offset,
                                .len = max > FILE_CHUNK ? FILE_CHUNK : max,
                                .off = from + (off_t)total};
@@ -1403,7 +1350,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             }
             goto moved;
         }
-        if (!fi->nonblock && !fi->is_reg && !fi->is_sock &&
+        if (!s->r.fds[fd].nonblock && !is_file && !is_sock &&
             (op == OP_READ || op == OP_WRITE)) {
             /* A blocking descriptor we must not switch to O_NONBLOCK
              * (it may be shared with other processes): wait first. */
@@ -1418,11 +1365,11 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         }
         switch (op) {
         case OP_READ:
-            n = fi->is_sock ? recv(fd, (char *)base + offset, max, MSG_DONTWAIT)
+            n = is_sock ? recv(fd, (char *)base + offset, max, MSG_DONTWAIT)
                             : read(fd, (char *)base + offset, max);
             break;
         case OP_WRITE:
-            n = fi->is_sock ? send(fd, (char *)base + offset, max,
+            n = is_sock ? send(fd, (char *)base + offset, max,
                                    MSG_DONTWAIT | MSG_NOSIGNAL)
                             : write(fd, (char *)base + offset, max);
             break;

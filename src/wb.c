@@ -1,0 +1,369 @@
+/*
+ * wb.c — write-behind (io_uring).
+ *
+ * With weft_write_behind(fd, 1), a small send on a stream socket is copied
+ * into a buffer the scheduler owns and submitted as a SEND; the call
+ * returns at once and the fiber is not resumed for the send's completion
+ * (one resume per request/response instead of two). Later small sends are
+ * appended behind the bytes in flight and go out when those complete;
+ * anything that must come after them (a larger or flagged send,
+ * weft_flush, weft_shutdown, weft_close) first waits for the buffer to
+ * empty. The buffer keeps the deadline of the latest call that added to
+ * it: if it passes, or the send fails, the bytes not yet sent are dropped
+ * and every later write on the descriptor returns that error (-ETIMEDOUT,
+ * -EPIPE, -ECONNRESET...), as a socket error would. The loop runs until
+ * every buffer has gone out or failed.
+ *
+ * Deadlines of fresh sends are kept outside the timers and plugged into
+ * the reactor through its poll hook (weft__poll_hook, internal.h): see
+ * wb_note_fresh. The reactor knows nothing else of this file.
+ */
+#include "io.h"
+#include "waitq.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define WB_CAP 3840
+
+typedef struct weft__wb {
+    weft__wait w;              /* the SEND (or POLL) in flight             */
+    weft_waitq_t waiters;      /* fibers waiting for the buffer to empty   */
+    struct weft__wb *next;     /* free list                                */
+    struct weft__wb *all_next; /* every buffer of the reactor              */
+    int64_t deadline;
+    int fd;
+    int why;                   /* why w ended early                        */
+    bool failed;               /* w ended early: append nothing more       */
+    bool polling;              /* w is a wait for writability, not a send
+                                  (set by every submission)               */
+    size_t off, len;           /* [off, len) not yet sent                  */
+    char buf[WB_CAP];
+} weft__wb;
+
+
+
+/* The scheduler a reactor belongs to (its first member). */
+static weft_sched_t *sched_of(weft__reactor *r)
+{
+    return (weft_sched_t *)(void *)r;
+}
+
+static weft__wb *wb_get(weft_sched_t *s)
+{
+    weft__wb *wb = s->wb_free;
+    if (wb) {
+        s->wb_free = wb->next;
+        return wb;
+    }
+    wb = malloc(sizeof *wb);
+    if (wb) {
+        wb->all_next = s->wb_all;
+        s->wb_all = wb;
+    }
+    return wb;
+}
+
+static void wb_put(weft_sched_t *s, weft__wb *wb)
+{
+    wb->next = s->wb_free;
+    s->wb_free = wb;
+}
+
+void weft__wb_fini(weft_sched_t *s)
+{
+    free(s->wb_fresh);
+    s->wb_fresh = NULL;
+    s->wb_fresh_n = s->wb_fresh_cap = 0;
+    s->r.hook_pending = 0;
+    weft__wb *wb = s->wb_all;
+    while (wb) {
+        weft__wb *next = wb->all_next;
+        free(wb);
+        wb = next;
+    }
+    s->wb_all = s->wb_free = NULL;
+}
+
+static void wb_nop(weft__wait *w)
+{
+    (void)w;
+}
+
+static void wb_wake(weft__wait *w);
+
+/*
+ * A send with room in the socket completes inside the io_uring_enter that
+ * submits it, so most write-behinds are done by the time the loop reaps:
+ * their deadline is not put in the timer heap at submission (a push and a
+ * removal, each touching timers in other fibers' stacks) but noted here,
+ * and armed after the poll only for those still in flight. The poll does
+ * not sleep past the earliest noted deadline.
+ */
+static int64_t wb_fresh_min(weft__reactor *r);
+static void wb_arm_fresh(weft__reactor *r);
+
+static const weft__poll_hook wb_hook = {wb_fresh_min, wb_arm_fresh};
+
+static int wb_note_fresh(weft__reactor *r, weft__wb *wb)
+{
+    weft_sched_t *s = sched_of(r);
+    if (s->wb_fresh_n == s->wb_fresh_cap) {
+        uint32_t ncap = s->wb_fresh_cap ? s->wb_fresh_cap * 2 : 64;
+        weft__wb **n = realloc(s->wb_fresh, ncap * sizeof *n);
+        if (!n)
+            return weft__wait_arm_later(&wb->w, wb->deadline);
+        s->wb_fresh = n;
+        s->wb_fresh_cap = ncap;
+    }
+    s->wb_fresh[s->wb_fresh_n++] = wb;
+    r->hook = &wb_hook;
+    r->hook_pending = s->wb_fresh_n;
+    return 0;
+}
+
+/* The poll hook: the earliest deadline of the fresh sends. */
+static int64_t wb_fresh_min(weft__reactor *r)
+{
+    weft_sched_t *s = sched_of(r);
+    int64_t m = WEFT_FOREVER;
+    for (uint32_t i = 0; i < s->wb_fresh_n; i++) {
+        const weft__wb *wb = s->wb_fresh[i];
+        if (wb->w.active && wb->deadline != WEFT_FOREVER &&
+            (m == WEFT_FOREVER || wb->deadline < m))
+            m = wb->deadline;
+    }
+    return m;
+}
+
+/* The poll hook, after the poll: a timer for each fresh send still in
+ * flight. */
+static void wb_arm_fresh(weft__reactor *r)
+{
+    weft_sched_t *s = sched_of(r);
+    /* No fiber ran since these were noted, so none was reused: a buffer
+     * whose send completed is inactive (or active again for its next
+     * send, which needs the deadline too). */
+    uint32_t n = s->wb_fresh_n;
+    s->wb_fresh_n = 0;
+    r->hook_pending = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        weft__wb *wb = s->wb_fresh[i];
+        if (wb->w.active && wb->w.timer.idx == WEFT__TIMER_IDLE &&
+            weft__wait_arm_later(&wb->w, wb->deadline) < 0)
+            weft__wait_complete(&wb->w, -ENOMEM);
+    }
+}
+
+/*
+ * Submit, with the buffer's deadline, a SEND of [off, len) or a POLL for
+ * writability. Sends carry MSG_DONTWAIT: a full socket answers -EAGAIN
+ * and the buffer then waits with a POLL, the same on every kernel (some
+ * would otherwise wait inside the ring, some answer -EAGAIN for a
+ * non-blocking socket anyway).
+ */
+static int wb_submit(weft__reactor *r, weft__wb *wb, bool poll)
+{
+    weft__wait_init(&wb->w, r, wb_wake, wb);
+    wb->polling = poll;
+    int rc = wb_note_fresh(r, wb);
+    if (rc == 0) {
+        weft__opdesc d = {.op = WEFT__OP_SEND, .fd = wb->fd, .off = -1,
+                          .flags = MSG_DONTWAIT,
+                          .buf = wb->buf + wb->off, .len = wb->len - wb->off};
+        if (poll)
+            d = (weft__opdesc){.op = WEFT__OP_POLL, .fd = wb->fd, .off = -1,
+                               .events = WEFT_WRITABLE};
+        rc = weft__wait_arm_op(&wb->w, &d);
+    }
+    if (rc < 0) {
+        wb->w.wake = wb_nop;
+        weft__wait_complete(&wb->w, rc);
+    }
+    return rc;
+}
+
+/* The descriptor's state if @wb is still its buffer; closing or
+ * forgetting the descriptor detaches the buffer. */
+static weft__iofd *wb_owner(weft__reactor *r, const weft__wb *wb)
+{
+    weft_sched_t *s = sched_of(r);
+    return wb->fd < s->niofd && s->iofd[wb->fd].wb == wb ? &s->iofd[wb->fd] : NULL;
+}
+
+/* The send of [off, len) ended with @res (bytes sent or -errno). */
+static void wb_settle(weft__reactor *r, weft__wb *wb, int res)
+{
+    weft__iofd *st = wb_owner(r, wb);
+    if (res > 0) {
+        wb->off += (size_t)res;
+        res = 0;
+        if (wb->off < wb->len) {
+            /* A short send, or bytes appended meanwhile. */
+            res = st ? wb_submit(r, wb, false) : -EBADF;
+            if (res == 0)
+                return;
+        }
+    } else if (res == 0) {
+        res = -EPIPE; /* a stream send of n > 0 bytes never returns 0 */
+    }
+    if (st) {
+        if (res < 0)
+            st->wb_err = res;
+        st->wb = NULL;
+    }
+    wq_wake_all(&wb->waiters, 0);
+    wb_put(sched_of(r), wb);
+}
+
+/* The kernel's answer to a send whose wait had ended early. */
+static void wb_tail_wake(weft__wait *w)
+{
+    weft__wb *wb = w->owner;
+    w->wake = wb_wake;
+    int res = w->op_done ? w->op_res : wb->why;
+    /* Completed after all: nothing was lost. */
+    if (!(res > 0 && wb->off + (size_t)res == wb->len))
+        res = wb->why;
+    wb_settle(w->r, wb, res);
+}
+
+static void wb_wake(weft__wait *w)
+{
+    weft__wb *wb = w->owner;
+    if (weft__op_pending(w)) {
+        /* Ended first (deadline; the descriptor closed or forgotten): the
+         * kernel may still read the buffer, so wait for its answer on the
+         * same wait, re-armed. */
+        wb->failed = true;
+        wb->why = w->result;
+        w->wake = wb_tail_wake;
+        weft__op_rearm(w);
+        return;
+    }
+    weft__reactor *r = w->r;
+    int res = w->result;
+    if (wb->polling || res == -EAGAIN) {
+        /* After a poll (writable, or an error the send will report):
+         * send again. After -EAGAIN (the socket is full): poll. */
+        bool poll = !wb->polling;
+        if (res >= 0 || res == -EAGAIN) {
+            res = wb_owner(r, wb) ? wb_submit(r, wb, poll) : -EBADF;
+            if (res == 0)
+                return;
+        }
+    }
+    wb_settle(r, wb, res);
+}
+
+static void wb_copy(weft__wb *wb, const struct iovec *iov, int cnt)
+{
+    for (int i = 0; i < cnt; i++) {
+        memcpy(wb->buf + wb->len, iov[i].iov_base, iov[i].iov_len);
+        wb->len += iov[i].iov_len;
+    }
+}
+
+int weft__wb_drain(int fd, int64_t deadline)
+{
+    weft_sched_t *s = weft__sched_tls();
+    while (fd < s->niofd && s->iofd[fd].wb) {
+        weft__wq_node n;
+        int rc = wq_block(&s->iofd[fd].wb->waiters, &n, deadline);
+        if (rc < 0)
+            return rc;
+    }
+    return fd < s->niofd ? s->iofd[fd].wb_err : 0;
+}
+
+/* A write on a descriptor with write-behind on, or bytes still behind:
+ * its length, an error, or WEFT__WB_PASS (go on the usual way). */
+ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt,
+                       int flags, int64_t deadline)
+{
+    weft__reactor *r = &s->r;
+    weft__iofd *st = &s->iofd[fd];
+    if (st->wb_err)
+        return st->wb_err;
+    size_t total = 0;
+    for (int i = 0; i < cnt; i++)
+        total += iov[i].iov_len;
+    bool small = st->wb_on && flags == 0 && total > 0 && total <= WB_CAP;
+    weft__wb *wb = st->wb;
+    if (wb) {
+        if (small && !wb->failed && wb->len + total <= WB_CAP) {
+            wb_copy(wb, iov, cnt); /* goes out after the bytes in flight */
+            wb->deadline = deadline;
+            if (wb->w.timer.idx != WEFT__TIMER_IDLE) {
+                /* Stuck for a while already: the new deadline applies. */
+                weft__heap_remove(&r->timers, &wb->w.timer);
+                if (weft__wait_arm_later(&wb->w, deadline) < 0)
+                    weft__wait_complete(&wb->w, -ENOMEM);
+            }
+            return (ssize_t)total;
+        }
+        int rc = weft__wb_drain(fd, deadline);
+        if (rc < 0)
+            return rc;
+        st = &s->iofd[fd];
+    }
+    if (!small || !weft__io_use_op(WEFT__FD_SOCKET, WEFT__OP_SEND, deadline) ||
+        !(wb = wb_get(s)))
+        return WEFT__WB_PASS;
+    wb->waiters = (weft_waitq_t)WEFT_WAITQ_INIT;
+    wb->fd = fd;
+    wb->deadline = deadline;
+    wb->failed = false;
+    wb->off = wb->len = 0;
+    wb_copy(wb, iov, cnt);
+    st->wb = wb;
+    if (wb_submit(r, wb, false) < 0) {
+        st->wb = NULL;
+        wb_put(s, wb);
+        return WEFT__WB_PASS;
+    }
+    return (ssize_t)total;
+}
+
+int weft_write_behind(int fd, int on)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (fd < 0)
+        return -EBADF;
+    if (on != 0 && on != 1)
+        return -EINVAL;
+    if (!s)
+        return -EPERM;
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM)
+        return -EINVAL;
+    weft__fdstate *fs = weft__fd(&s->r, fd);
+    weft__iofd *st = weft__iofd_get(s, fd);
+    if (!fs || !st)
+        return -ENOMEM;
+    fs->kind = WEFT__FD_SOCKET;
+    /* Readiness backends send with a system call that returns as soon as
+     * the kernel has the bytes: nothing to gain. */
+    st->wb_on = on && weft__reactor_use_op(&s->r, WEFT__FD_SOCKET, WEFT__OP_SEND);
+    return 0;
+}
+
+int weft_flush(int fd, int64_t deadline)
+{
+    int rc = weft__io_begin(fd, deadline);
+    return rc < 0 ? rc : weft__wb_drain(fd, deadline);
+}
+
+void weft__wb_settle_before(int fd)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (s && fd < s->niofd && s->iofd[fd].wb && !s->current->is_main &&
+        !s->current->cancelled)
+        (void)weft__wb_drain(fd, WEFT_FOREVER);
+}
