@@ -296,7 +296,7 @@ typedef struct weft__fdstate {
 /* Kinds of descriptor. A regular file (or block device) is never made
  * O_NONBLOCK: its reads go to the disk on io_uring, or to a thread. */
 enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2,
-       WEFT__FD_FILE = 3, WEFT__FD_FIFO = 4 };
+       WEFT__FD_FILE = 3, WEFT__FD_FIFO = 4, WEFT__FD_KINDS };
 
 typedef struct weft__post {
     struct weft__post *next;
@@ -362,6 +362,8 @@ struct weft__reactor {
      * consulted around a poll while hook_pending is non-zero. */
     const struct weft__poll_hook *hook;
     uint32_t hook_pending;
+    /* op_mask[kind] bit op: the backend's op_ok, asked once at init */
+    uint16_t op_mask[WEFT__FD_KINDS];
 };
 
 /*
@@ -440,7 +442,7 @@ static inline bool weft__reactor_has_ops(const weft__reactor *r) {
 /* Whether @op (WEFT__OP_*) on a descriptor of @kind (WEFT__FD_*) should be
  * a completion op on this reactor (see weft__backend_ops.op_ok). */
 static inline bool weft__reactor_use_op(const weft__reactor *r, int kind, int op) {
-    return r->ops->op_ok && r->ops->op_ok(kind, op);
+    return (r->op_mask[kind] >> op) & 1;
 }
 /*
  * Completion ops that may be cut short. A wait armed with an op (and maybe
@@ -470,7 +472,13 @@ int weft__op_result(const weft__wait *w, int why);
 /* What @fd is (WEFT__FD_SOCKET, FILE, FIFO or OTHER), learnt with one
  * fstat per life of the descriptor and kept; -errno if @fd is not open,
  * -ENOMEM if the table cannot grow to it. */
-int weft__fd_kind(weft__reactor *r, int fd);
+int weft__fd_learn_kind(weft__reactor *r, int fd);
+static inline int weft__fd_kind(weft__reactor *r, int fd)
+{
+    if (WEFT_LIKELY(fd < r->nfds && r->fds[fd].kind != WEFT__FD_UNKNOWN))
+        return r->fds[fd].kind;
+    return weft__fd_learn_kind(r, fd);
+}
 /* After fork(), in the child: release the parent's kernel objects (ring,
  * epoll set, eventfd) without touching the parent's. */
 void weft__reactor_abandon(weft__reactor *r);

@@ -111,11 +111,6 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
  * per call, ~25-40 ns): one that has passed already makes the timer fire
  * in the poll that submits the op, which cancels it unless it completed
  * inside that submission — the same single attempt. */
-bool weft__io_use_op(int kind, int op, int64_t deadline)
-{
-    return deadline != 0 && weft__reactor_use_op(&weft__sched_tls()->r, kind, op);
-}
-
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline)
 {
     weft_sched_t *s = weft__sched_tls();
@@ -148,7 +143,7 @@ static int ensure_nonblock(int fd)
     return 0;
 }
 
-int weft__io_kind(int fd)
+int weft__io_kind_slow(int fd)
 {
     int kind = weft__fd_kind(&weft__sched_tls()->r, fd);
     if (kind < 0 || kind == WEFT__FD_FILE || kind == WEFT__FD_SOCKET)

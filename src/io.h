@@ -53,13 +53,27 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline);
 /* Whether to run @op on @fd (of @kind) as a completion op now: the backend
  * has it for that kind, and the call may wait (a deadline of exactly 0 is
  * the explicit "try once", which the system call does best). */
-bool weft__io_use_op(int kind, int op, int64_t deadline);
+static inline bool weft__io_use_op(int kind, int op, int64_t deadline)
+{
+    return deadline != 0 && weft__reactor_use_op(&weft__sched_tls()->r, kind, op);
+}
 /* Run one completion op for the current fiber (see weft__op_start): its
  * result, or why the wait ended if it was cancelled. */
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline);
 /* The kind of @fd (weft__fd_kind), with a non-socket made O_NONBLOCK
  * unless it is a regular file; -errno. */
-int weft__io_kind(int fd);
+int weft__io_kind_slow(int fd);
+static inline int weft__io_kind(int fd)
+{
+    weft__reactor *r = &weft__sched_tls()->r;
+    if (WEFT_LIKELY(fd < r->nfds)) {
+        const weft__fdstate *st = &r->fds[fd];
+        if (st->kind == WEFT__FD_SOCKET || st->kind == WEFT__FD_FILE ||
+            (st->kind != WEFT__FD_UNKNOWN && st->nonblock))
+            return st->kind;
+    }
+    return weft__io_kind_slow(fd);
+}
 
 /* Write-behind (wb.c). */
 #define WEFT__WB_PASS ((ssize_t)INT32_MIN) /* "not a write-behind, go on"  */

@@ -213,7 +213,7 @@ int weft__op_result(const weft__wait *w, int why)
     return res;
 }
 
-int weft__fd_kind(weft__reactor *r, int fd)
+int weft__fd_learn_kind(weft__reactor *r, int fd)
 {
     weft__fdstate *st = weft__fd(r, fd);
     if (!st)
@@ -414,6 +414,11 @@ int weft__reactor_init(weft__reactor *r, weft_backend_t which)
         pthread_mutex_destroy(&r->post_lock);
         return rc;
     }
+    if (r->ops->op_ok)
+        for (int k = 0; k < WEFT__FD_KINDS; k++)
+            for (int op = WEFT__OP_READ; op <= WEFT__OP_CLOSE; op++)
+                if (r->ops->op_ok(k, op))
+                    r->op_mask[k] |= (uint16_t)(1u << op);
     return 0;
 }
 
