@@ -432,6 +432,27 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline);
  * cannot watch (a regular file with epoll) is always ready: the wait
  * completes at once with @events. Returns 0 or -ENOMEM. */
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
+/* Move @w's deadline to @deadline (a wait already armed; the new one may
+ * be earlier or later): its timer is disarmed and armed again. Returns 0 or
+ * -ENOMEM. */
+int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline);
+/* Timers that are not waits' (a client's own timeouts, sweeps): @t->fire
+ * set by the caller; weft__timer_arm is 0 or -ENOMEM, and a timer is armed
+ * at most once at a time (disarm it first). */
+static inline int weft__timer_arm(weft__reactor *r, weft__timer *t, int64_t deadline)
+{
+    t->deadline = deadline;
+    return weft__heap_push(&r->timers, t);
+}
+static inline void weft__timer_disarm(weft__reactor *r, weft__timer *t)
+{
+    if (t->idx != WEFT__TIMER_IDLE)
+        weft__heap_remove(&r->timers, t);
+}
+static inline uint32_t weft__reactor_timers(const weft__reactor *r)
+{
+    return weft__heap_count(&r->timers);
+}
 /* Complete @w with @result (first completion wins; later ones are no-ops). */
 void weft__wait_complete(weft__wait *w, int result);
 /* Start a completion op for @w (backends with op_submit only). */

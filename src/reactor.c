@@ -115,6 +115,12 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline)
     return weft__heap_push(&w->r->timers, &w->timer);
 }
 
+int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline)
+{
+    weft__timer_disarm(w->r, &w->timer);
+    return weft__wait_arm_deadline(w, deadline);
+}
+
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
 {
     if (!w->active)

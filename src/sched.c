@@ -782,7 +782,7 @@ int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
     memset(st, 0, sizeof *st);
     st->fibers = s->live;
     st->handles = s->handles;
-    st->timers = weft__heap_count(&s->r.timers);
+    st->timers = weft__reactor_timers(&s->r);
     st->waits = s->r.nwaits;
     st->fd_waits = s->r.nfd_waits;
     st->posted = atomic_load(&((weft_sched_t *)s)->r.posted);

@@ -14,12 +14,9 @@
 
 void weft__scope_clamp(weft__wait *w, int64_t scope)
 {
-    if (w->timer.idx != WEFT__TIMER_IDLE) {
-        if (w->timer.deadline <= scope)
-            return;
-        weft__heap_remove(&w->r->timers, &w->timer);
-    }
-    int rc = weft__wait_arm_deadline(w, scope);
+    if (w->timer.idx != WEFT__TIMER_IDLE && w->timer.deadline <= scope)
+        return;
+    int rc = weft__wait_rearm_deadline(w, scope);
     if (rc < 0)
         weft__wait_complete(w, rc);
 }

@@ -297,12 +297,10 @@ ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt
         if (small && !wb->failed && wb->len + total <= WB_CAP) {
             wb_copy(wb, iov, cnt); /* goes out after the bytes in flight */
             wb->deadline = deadline;
-            if (wb->w.timer.idx != WEFT__TIMER_IDLE) {
+            if (wb->w.timer.idx != WEFT__TIMER_IDLE &&
+                weft__wait_rearm_deadline(&wb->w, deadline) < 0)
                 /* Stuck for a while already: the new deadline applies. */
-                weft__heap_remove(&r->timers, &wb->w.timer);
-                if (weft__wait_arm_later(&wb->w, deadline) < 0)
-                    weft__wait_complete(&wb->w, -ENOMEM);
-            }
+                weft__wait_complete(&wb->w, -ENOMEM);
             return (ssize_t)total;
         }
         int rc = weft__wb_drain(fd, deadline);

@@ -23,7 +23,7 @@
  *   - other threads reach the loop only through weft__reactor_post().
  */
 #include "internal.h"
-#include "offload.h"
+#include "workers.h"
 #include "evmask.h"
 
 #include <ruby.h>
@@ -459,8 +459,7 @@ static void maybe_sweep(rsched *s)
     }
     if (s->sweep_timer.idx == WEFT__TIMER_IDLE) {
         s->sweep_timer.fire = sweep_timer_fired;
-        s->sweep_timer.deadline = s->next_sweep;
-        (void)weft__heap_push(&s->r.timers, &s->sweep_timer);
+        (void)weft__timer_arm(&s->r, &s->sweep_timer, s->next_sweep);
     }
 }
 
@@ -593,8 +592,7 @@ static VALUE loop_body(VALUE p)
  * ones already queued (late cross-thread unblocks) are run and freed. */
 static void finalize(rsched *s)
 {
-    if (s->sweep_timer.idx != WEFT__TIMER_IDLE)
-        weft__heap_remove(&s->r.timers, &s->sweep_timer);
+    weft__timer_disarm(&s->r, &s->sweep_timer);
     pthread_mutex_lock(&s->lock);
     s->closed = true;
     pthread_mutex_unlock(&s->lock);
@@ -692,8 +690,7 @@ static void intr_unlink(rsched *s, rintr *ri)
     ri->linked = 0;
     if (ri->epoch != s->epoch)
         return;
-    if (ri->timer.idx != WEFT__TIMER_IDLE)
-        weft__heap_remove(&s->r.timers, &ri->timer);
+    weft__timer_disarm(&s->r, &ri->timer);
     weft__list_remove(&s->intrs, &ri->node);
 }
 
@@ -2077,8 +2074,7 @@ static VALUE s_timeout_after(int argc, VALUE *argv, VALUE self)
     ri.timer.fire = intr_timer_fired;
     intr_link(s, &ri);
     if (deadline != WEFT_FOREVER) {
-        ri.timer.deadline = deadline;
-        if (weft__heap_push(&s->r.timers, &ri.timer) < 0) {
+        if (weft__timer_arm(&s->r, &ri.timer, deadline) < 0) {
             intr_unlink(s, &ri);
             rb_memerror();
         }
@@ -2153,7 +2149,7 @@ static VALUE s_stats(VALUE self)
         all++;
     rb_hash_aset(h, ID2SYM(rb_intern("waits")), SIZET2NUM(s->r_live ? s->r.nwaits : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("fd_waits")), SIZET2NUM(s->r_live ? s->r.nfd_waits : 0));
-    rb_hash_aset(h, ID2SYM(rb_intern("timers")), SIZET2NUM(s->r_live ? weft__heap_count(&s->r.timers) : 0));
+    rb_hash_aset(h, ID2SYM(rb_intern("timers")), SIZET2NUM(s->r_live ? weft__reactor_timers(&s->r) : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("waiting_fibers")), SIZET2NUM(all));
     rb_hash_aset(h, ID2SYM(rb_intern("ready")), SIZET2NUM(ready));
     rb_hash_aset(h, ID2SYM(rb_intern("pid")), INT2NUM(s->pid));
