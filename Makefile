@@ -50,6 +50,12 @@ CFLAGS_ALL += -DWEFT_NO_URING
 endif
 
 LIB_SRC := $(wildcard src/*.c) src/arch/ctx.c
+# The reactor layer (src/reactor.h): it builds and links on its own
+# (libweft_reactor.a; the Ruby extension compiles exactly these), which
+# $(BUILD)/tests/layer_reactor and scripts/test.d/layers.sh check.
+REACTOR_SRC := src/reactor.c src/timer.c src/backend_epoll.c src/backend_poll.c \
+               src/backend_uring.c src/workers.c
+REACTOR_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(REACTOR_SRC))
 LIB_ASM := src/arch/ctx_x86_64.S src/arch/ctx_aarch64.S
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
            $(patsubst src/%.S,$(BUILD)/obj/%.o,$(LIB_ASM))
@@ -90,9 +96,9 @@ endif
 .PHONY: all lib examples tests test test-fast demo bench benches install uninstall clean deps
 all: lib examples tests ruby
 
-lib: $(BUILD)/libweft.a $(BUILD)/libweft.so
+lib: $(BUILD)/libweft.a $(BUILD)/libweft.so $(BUILD)/libweft_reactor.a
 examples: $(EXAMPLES)
-tests: $(TESTS)
+tests: $(TESTS) $(BUILD)/tests/layer_reactor
 
 $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -105,6 +111,16 @@ $(BUILD)/obj/%.o: src/%.S
 $(BUILD)/libweft.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
+
+$(BUILD)/libweft_reactor.a: $(REACTOR_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+# Linked with the reactor layer alone: it fails to link if that layer
+# calls up into the fiber layer.
+$(BUILD)/tests/layer_reactor: test/c/layer_reactor.c $(BUILD)/libweft_reactor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft_reactor.a $(LDFLAGS_SAN) $(LDLIBS)
 
 $(BUILD)/libweft.so: $(LIB_OBJ) src/weft.map
 	$(CC) -shared -Wl,--version-script=src/weft.map -Wl,-soname,libweft.so.0 \

@@ -8,7 +8,7 @@
  * for weft_wait_fd, a zero-timeout poll that found the fd not ready), and
  * EPOLL_CTL_ADD reports readiness that already exists.
  */
-#include "internal.h"
+#include "reactor.h"
 #include "evmask.h"
 
 #include <errno.h>

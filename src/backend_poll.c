@@ -8,7 +8,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "internal.h"
+#include "reactor.h"
 #include "evmask.h"
 
 #include <errno.h>

@@ -18,7 +18,7 @@
  *
  * Cross-thread wake-ups: a multishot poll on the reactor's eventfd.
  */
-#include "internal.h"
+#include "reactor.h"
 #include "evmask.h"
 
 #ifdef WEFT_HAVE_URING

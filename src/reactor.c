@@ -7,7 +7,7 @@
  * result and calls the waiter's wake function, which for a C fiber puts the
  * fiber on its run queue and for a Ruby fiber schedules a transfer.
  */
-#include "internal.h"
+#include "reactor.h"
 #include "evmask.h"
 
 #include <errno.h>

@@ -22,7 +22,7 @@
  * in the heap cost ~240 instructions (the oldest timer sits at the root,
  * and the newest, moved there, sinks through every level).
  */
-#include "internal.h"
+#include "reactor.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef WEFT_WORKERS_H
 #define WEFT_WORKERS_H
 
-#include "internal.h"
+#include "reactor.h"
 
 /* A unit of work for the process-wide pool. @run is called on a worker
  * thread; from then on the worker owns the job until @run returns, and

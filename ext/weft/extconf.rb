@@ -1,9 +1,9 @@
 # extconf.rb — builds weft's Ruby extension (weft/weft.so).
 #
-# weft's core sources (src/*.c and the context switch for this CPU) are
-# compiled into the extension itself, so no system install of libweft is
-# needed. Works from the repository and from an unpacked gem (which ships
-# src/ and include/ next to ext/).
+# weft's reactor layer (the sources listed below) is compiled into the
+# extension itself, so no system install of libweft is needed. Works from
+# the repository and from an unpacked gem (which ships src/ and include/
+# next to ext/).
 require "mkmf"
 
 root = File.expand_path("../..", __dir__)
@@ -25,34 +25,28 @@ unless have_header("liburing.h") && have_library("uring", "io_uring_queue_init")
   $CPPFLAGS << " -DWEFT_NO_URING"
 end
 
-core = Dir[File.join(src, "*.c")].sort + [File.join(src, "arch", "ctx.c")]
-asm = case RbConfig::CONFIG["host_cpu"]
-      when /x86_64|amd64/ then "ctx_x86_64.S"
-      when /aarch64|arm64/ then "ctx_aarch64.S"
-      end
-$CPPFLAGS << " -DWEFT_CTX_UCONTEXT=1" unless asm
+# Only the reactor layer (src/reactor.h): the reactor, its timers and
+# backends, and the worker pool. The extension drives the reactor with Ruby
+# fibers; weft's own fibers, stacks, context switch and fiber-blocking I/O
+# are not part of it (scripts/test.d/layers.sh checks that nothing here
+# needs them).
+REACTOR_LAYER = %w[reactor.c timer.c backend_epoll.c backend_poll.c backend_uring.c workers.c].freeze
+core = REACTOR_LAYER.map { |f| File.join(src, f) }
+missing = core.reject { |f| File.exist?(f) }
+abort "weft: reactor sources missing: #{missing.join(", ")}" unless missing.empty?
 
-$VPATH << src << File.join(src, "arch")
+$VPATH << src
 $srcs = ["scheduler.c"] + core.map { |f| File.basename(f) }
 $objs = $srcs.map { |f| f.sub(/\.c\z/, ".#{$OBJEXT}") }
-$objs << asm.sub(/\.S\z/, ".#{$OBJEXT}") if asm
 
 create_makefile("weft/weft")
 
 # mkmf's objects depend on their .c only: make every object depend on
 # weft's headers (struct layouts are shared by all of them) and on this
 # Makefile (its flags), so an incremental build never mixes layouts.
-headers = (Dir[File.join(src, "**", "*.h")] + Dir[File.join(inc, "*.h")]).sort
+headers = (Dir[File.join(src, "*.h")] + Dir[File.join(inc, "*.h")]).sort
 File.open("Makefile", "a") do |mk|
   mk.puts
   mk.puts "$(OBJS): #{headers.join(" ")} Makefile"
 end
 
-if asm
-  File.open("Makefile", "a") do |mk|
-    mk.puts
-    mk.puts "#{asm.sub(/\.S\z/, ".#{$OBJEXT}")}: #{File.join(src, "arch", asm)}"
-    mk.puts "\t$(ECHO) assembling $(<)"
-    mk.puts "\t$(Q) $(CC) $(INCFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@"
-  end
-end

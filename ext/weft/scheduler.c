@@ -22,7 +22,7 @@
  *     exception, Fiber#raise, Thread#raise);
  *   - other threads reach the loop only through weft__reactor_post().
  */
-#include "internal.h"
+#include "reactor.h"
 #include "workers.h"
 #include "evmask.h"
 
@@ -1123,7 +1123,7 @@ static void reap_sync(rsched *s, weft__wait *w)
 /* Run @d as one ring op for the current fiber, waiting until @deadline.
  * Returns the op's result (bytes or -errno), or why the wait ended (e.g.
  * -ETIMEDOUT, -ECANCELED, -EBADF) if the op was cancelled (see
- * weft__op_start in internal.h). @buffer is locked for the op's lifetime
+ * weft__op_start in reactor.h). @buffer is locked for the op's lifetime
  * unless it already was. */
 static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
                    int64_t deadline)

@@ -1,0 +1,451 @@
+/*
+ * reactor.h — the reactor layer's contracts (not installed): timers,
+ * waits, the descriptor table, cross-thread posts, the backends (epoll,
+ * poll, io_uring) and what they offer their clients. Below the fiber
+ * layer (internal.h, which includes this): nothing declared here knows
+ * about stacks or fibers, so the reactor, its timers, backends and the
+ * worker pool (workers.h) build and link on their own — the Ruby
+ * extension links only them, and scripts/test.d/layers.sh checks it.
+ */
+#ifndef WEFT_REACTOR_H
+#define WEFT_REACTOR_H
+
+#include "weft.h"
+#include "list.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+/* ------------------------------------------------------------------ */
+/* Sanitizer and Valgrind detection                                    */
+/* ------------------------------------------------------------------ */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define WEFT_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(WEFT_ASAN)
+#define WEFT_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(WEFT_TSAN)
+#define WEFT_TSAN 1
+#endif
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#define WEFT_VALGRIND 1
+#endif
+#endif
+
+#define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+
+/* ------------------------------------------------------------------ */
+/* Timers                                                              */
+/* ------------------------------------------------------------------ */
+typedef struct weft__timer weft__timer;
+struct weft__timer {
+    int64_t deadline;
+    uint64_t seq;
+    uint32_t idx;                    /* its entry in the heap's slot table;
+                                        UINT32_MAX = not armed             */
+    void (*fire)(weft__timer *t);
+};
+#define WEFT__TIMER_IDLE UINT32_MAX
+
+/* A heap or run entry: the timer's key, copied, so that sifting compares
+ * within the array instead of reading timers that live in other fibers'
+ * stacks, and the timer's slot. */
+typedef struct weft__hent {
+    int64_t deadline;
+    uint64_t seq;
+    uint32_t slot;
+} weft__hent;
+
+/* A slot: an armed timer and where its entry is — a heap position, or
+ * WEFT__IN_RUN | run number << WEFT__RUN_SHIFT | index in that run. Moves
+ * update this dense table, not the timers themselves. */
+typedef struct weft__hslot {
+    weft__timer *t;
+    uint32_t pos;
+} weft__hslot;
+#define WEFT__IN_RUN 0x80000000u
+#define WEFT__RUN_SHIFT 29
+#define WEFT__RUN_IDX 0x1fffffffu
+#define WEFT__RUNS 4
+#define WEFT__RUN_DEAD UINT32_MAX     /* a removed run entry's slot       */
+
+/* A run: entries in (deadline, arming order), appended at the tail only;
+ * e[head] is live unless the run is empty. */
+typedef struct weft__run {
+    weft__hent *e;
+    uint32_t head, tail, cap, live;
+} weft__run;
+
+/*
+ * Armed timers: a 4-ary min-heap plus a few "runs", arrays kept in
+ * (deadline, arming order) by appending only timers that sort after their
+ * last entry. A program arms the same few timeouts again and again, so
+ * the deadlines of each come in increasing order and almost all land in a
+ * run (one per timeout in use, up to WEFT__RUNS): arming is an append,
+ * disarming marks the entry dead (advancing the head past dead entries),
+ * both O(1), where the heap paid a sift of every level for each
+ * (disarming the oldest timer, at the root, moved the newest down the
+ * whole tree). Dead entries are squeezed out when a run fills with fewer
+ * than half of it live, so its size follows the armed timers, not how many
+ * came and went. The earliest timer is the least of the heap's root and
+ * the runs' heads.
+ */
+typedef struct weft__heap {
+    weft__hent *h;
+    uint32_t n, cap;                 /* heap entries; capacity of h, slots
+                                        and free_slots                      */
+    uint64_t seq;
+    weft__hslot *slots;
+    uint32_t *free_slots;            /* stack of unused slot numbers       */
+    uint32_t nfree, nslots;          /* slots in use or free               */
+    uint32_t run_live;               /* armed timers in the runs           */
+    weft__run runs[WEFT__RUNS];
+} weft__heap;
+
+int weft__heap_push(weft__heap *hp, weft__timer *t);
+void weft__heap_remove(weft__heap *hp, weft__timer *t);
+/* Bytes the timer structure holds (heap, slot table, free stack, runs). */
+static inline size_t weft__heap_bytes(const weft__heap *hp) {
+    size_t n = (size_t)hp->cap * (sizeof(weft__hent) + sizeof(weft__hslot) + sizeof(uint32_t));
+    for (int i = 0; i < WEFT__RUNS; i++)
+        n += (size_t)hp->runs[i].cap * sizeof(weft__hent);
+    return n;
+}
+/* Armed timers (heap and runs). */
+static inline uint32_t weft__heap_count(const weft__heap *hp) {
+    return hp->n + hp->run_live;
+}
+static inline bool weft__hent_before(const weft__hent *a, const weft__hent *b) {
+    return a->deadline < b->deadline ||
+           (a->deadline == b->deadline && a->seq < b->seq);
+}
+/* The armed timer that fires first: least (deadline, arming order). */
+static inline weft__timer *weft__heap_top(const weft__heap *hp) {
+    const weft__hent *best = hp->n ? &hp->h[0] : NULL;
+    if (hp->run_live)
+        for (int i = 0; i < WEFT__RUNS; i++) {
+            const weft__run *ru = &hp->runs[i];
+            if (ru->live && (!best || weft__hent_before(&ru->e[ru->head], best)))
+                best = &ru->e[ru->head];
+        }
+    return best ? hp->slots[best->slot].t : NULL;
+}
+void weft__heap_fini(weft__heap *hp);
+
+
+/* ------------------------------------------------------------------ */
+/* Reactor                                                             */
+/* ------------------------------------------------------------------ */
+typedef struct weft__reactor weft__reactor;
+typedef struct weft__wait weft__wait;
+
+/*
+ * A wait: something a client (a C fiber, a Ruby fiber) blocks on. It may
+ * have an fd part, a deadline part and a completion op; whichever part
+ * completes first completes the wait exactly once, unlinks the others,
+ * stores the result and calls wake(). Waits live in the waiter's memory (a
+ * fiber's stack frame). After completion the reactor no longer references
+ * a wait — except a wait whose op is still in flight (w->op != NULL, see
+ * weft__op_rearm below), into which the backend writes the op's outcome
+ * when its completion arrives.
+ */
+struct weft__wait {
+    void (*wake)(weft__wait *w);
+    void *owner;
+    int result;
+    int fd;            /* -1: no fd part                                   */
+    uint32_t events;   /* WEFT_READABLE|WEFT_WRITABLE|WEFT_PRIORITY        */
+    uint32_t gen;      /* fd generation when linked                        */
+    weft__node fnode;  /* in its descriptor's list of waits             */
+    weft__timer timer;
+    weft__reactor *r;
+    bool active;
+    bool nocancel;     /* not ended by weft_cancel or timeout scopes: used
+                          to wait for the CQE of an op being cancelled     */
+    bool op_done;      /* the op's completion arrived (op_res is valid)    */
+    void *op;          /* in-flight completion record (io_uring), or NULL  */
+    int op_res;        /* the op's own result (CQE res)                    */
+};
+
+/* Completion-based operations, for backends that have them (io_uring). */
+enum {
+    WEFT__OP_READ, WEFT__OP_WRITE, WEFT__OP_READV, WEFT__OP_WRITEV,
+    WEFT__OP_RECV, WEFT__OP_SEND, WEFT__OP_RECVMSG, WEFT__OP_SENDMSG,
+    WEFT__OP_ACCEPT, WEFT__OP_CONNECT, WEFT__OP_POLL, WEFT__OP_CLOSE
+};
+typedef struct weft__opdesc {
+    int op;
+    int fd;
+    void *buf;
+    size_t len;
+    const struct iovec *iov;
+    int iovcnt;
+    int64_t off;               /* -1: the file position                  */
+    int flags;                 /* recv/send flags                        */
+    struct sockaddr *addr;     /* accept (out) / connect (in)            */
+    socklen_t *addrlen;        /* accept                                 */
+    socklen_t alen;            /* connect                                */
+    uint32_t events;           /* poll: WEFT_READABLE|...                */
+    bool async;                /* run it off the submitting thread even if
+                                  it could complete at once (a large file
+                                  transfer from the page cache would copy
+                                  inside the loop's io_uring_enter)      */
+} weft__opdesc;
+
+/* Every backend's completion record starts with this. */
+typedef struct weft__oprec {
+    weft__wait *wait;          /* NULL once abandoned                    */
+} weft__oprec;
+
+/* Backends add this to the events they report for a descriptor when the
+ * peer shut down its side or the descriptor has an error (epoll: RDHUP,
+ * HUP, ERR); the reactor notes it and strips it. */
+#define WEFT__EV_PEER_GONE 0x100
+
+/* Per-descriptor state, indexed by fd number: what the reactor knows of
+ * a descriptor during one life of its number (all of it is reset, and the
+ * generation bumped, by weft__reactor_fd_close / weft__reactor_fd_new).
+ * Backends keep their own per-descriptor state behind bstate; the fiber
+ * I/O layer keeps its own table (weft__iofd, io.h). */
+typedef struct weft__fdstate {
+    weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
+    uint32_t gen;         /* bumped on close/forget/new descriptor          */
+    uint8_t kind;         /* what it is (weft__fd_kind), once learnt        */
+    uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
+    uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
+    uint8_t rd_edge;      /* a readable edge was reported since the client
+                             last cleared it (any waiter or none)           */
+    uint8_t rd_hup;       /* the peer closed, or an error, was reported:
+                             sticky for this life of the descriptor         */
+} weft__fdstate;
+
+/* Kinds of descriptor. A regular file (or block device) is never made
+ * O_NONBLOCK: its reads go to the disk on io_uring, or to a thread. */
+enum { WEFT__FD_UNKNOWN = 0, WEFT__FD_SOCKET = 1, WEFT__FD_OTHER = 2,
+       WEFT__FD_FILE = 3, WEFT__FD_FIFO = 4, WEFT__FD_KINDS };
+
+typedef struct weft__post {
+    struct weft__post *next;
+    void (*fn)(void *);
+    void *arg;
+    bool embedded;     /* caller-owned node (weft__reactor_post_node): the
+                          drain does not free it                          */
+} weft__post;
+
+typedef struct weft__backend_ops {
+    const char *name;
+    int (*init)(weft__reactor *r);
+    void (*fini)(weft__reactor *r);
+    /* The waiter set of @fd changed (first waiter, last waiter, events). */
+    int (*fd_update)(weft__reactor *r, int fd);
+    /* @fd is being closed or forgotten: drop any registration. */
+    void (*fd_forget)(weft__reactor *r, int fd);
+    /* Wait up to @timeout_ns (-1 forever, 0 poll) and dispatch events with
+     * weft__reactor_fd_event(); call weft__reactor_drain_posts() when the
+     * wake-up descriptor fired. Returns 0 or -errno. */
+    int (*poll)(weft__reactor *r, int64_t timeout_ns);
+    /* Optional (NULL for readiness backends): start @d for @w, linking the
+     * record to w->op. Its completion sets w->op_res/op_done, clears w->op
+     * and completes @w with the result. */
+    int (*op_submit)(weft__reactor *r, weft__wait *w, const weft__opdesc *d);
+    /* @w completed before its op: ask the kernel to cancel the op. Ops
+     * without buffers (poll) are abandoned at once (w->op cleared); for the
+     * others w->op stays set and the caller waits for the completion. */
+    void (*op_cancel)(weft__reactor *r, weft__wait *w);
+    /* Optional: how @w waits for @fd to be ready for @events, when it is
+     * not a registration plus fd_update (io_uring: a POLL op). */
+    int (*fd_wait)(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
+    /* Optional (completion backends): whether @op on a descriptor of @kind
+     * runs as a completion op; otherwise the client makes the system call
+     * and waits for readiness on EAGAIN. */
+    bool (*op_ok)(int kind, int op);
+} weft__backend_ops;
+
+extern const weft__backend_ops weft__backend_epoll;
+extern const weft__backend_ops weft__backend_poll;
+#if defined(__linux__) && defined(__has_include) && !defined(WEFT_NO_URING)
+#if __has_include(<liburing.h>)
+#define WEFT_HAVE_URING 1
+extern const weft__backend_ops weft__backend_uring;
+#endif
+#endif
+
+struct weft__reactor {
+    const weft__backend_ops *ops;
+    int wakefd;              /* eventfd for cross-thread wake-ups          */
+    weft__fdstate *fds;
+    int nfds;                /* entries allocated                          */
+    weft__heap timers;
+    size_t nwaits, nfd_waits;
+    /* cross-thread posts */
+    pthread_mutex_t post_lock;
+    weft__post *post_head, *post_tail;
+    atomic_size_t posted;
+    atomic_int wake_pending;
+    void *bstate;            /* the backend's own state                  */
+    size_t ops_inflight;     /* records the kernel still owns            */
+    /* A client's deadlines kept outside the timers (weft__poll_hook):
+     * consulted around a poll while hook_pending is non-zero. */
+    const struct weft__poll_hook *hook;
+    uint32_t hook_pending;
+    /* op_mask[kind] bit op: the backend's op_ok, asked once at init */
+    uint16_t op_mask[WEFT__FD_KINDS];
+};
+
+/*
+ * A client of the reactor (the fiber layer's write-behind, wb.c) that keeps
+ * some deadlines outside the timer structure, because most of the waits
+ * they belong to complete inside the very poll that submits them (arming
+ * and disarming a timer for each would cost more than the whole noting).
+ * While r->hook_pending is non-zero, a poll that may sleep asks @deadline
+ * for the earliest such deadline (WEFT_FOREVER: none) and sleeps no longer
+ * than that; after the poll (events dispatched, before timers fire) it
+ * calls @after, which arms a timer for each wait still in flight and
+ * clears hook_pending. The reactor knows nothing else of the client.
+ */
+typedef struct weft__poll_hook {
+    int64_t (*deadline)(weft__reactor *r);
+    void (*after)(weft__reactor *r);
+} weft__poll_hook;
+
+int weft__reactor_init(weft__reactor *r, weft_backend_t which);
+void weft__reactor_fini(weft__reactor *r);
+/* One loop iteration: wait for events (up to the next timer; forever if
+ * @may_block and no timer; not at all otherwise), then fire due timers. */
+int weft__reactor_run_once(weft__reactor *r, bool may_block);
+/* Backends call this for every event. */
+void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents);
+void weft__reactor_drain_posts(weft__reactor *r);
+int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg);
+/* Post a caller-owned node (fn and arg set by the caller); never fails and
+ * never allocates. The node must stay valid until p->fn runs, and must not
+ * be posted again before then. Thread-safe. */
+void weft__reactor_post_node(weft__reactor *r, weft__post *p);
+/* The state of @fd (>= 0), growing the table to it; NULL = ENOMEM. The
+ * lookup is inline: the I/O path makes it several times per call. */
+weft__fdstate *weft__fd_grow(weft__reactor *r, int fd);
+static inline weft__fdstate *weft__fd(weft__reactor *r, int fd)
+{
+    if (WEFT_LIKELY(fd < r->nfds))
+        return &r->fds[fd];
+    return weft__fd_grow(r, fd);
+}
+/* The first wait linked to a descriptor (NULL: none). */
+static inline weft__wait *weft__fd_first(const weft__fdstate *st)
+{
+    return st->waits.head ? weft__container(st->waits.head, weft__wait, fnode) : NULL;
+}
+static inline weft__wait *weft__fd_next(const weft__wait *w)
+{
+    return w->fnode.next ? weft__container(w->fnode.next, weft__wait, fnode) : NULL;
+}
+static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
+    return (uint64_t)(uint32_t)fd | ((uint64_t)gen << 32);
+}
+#define WEFT__WAKE_TOKEN UINT64_MAX
+
+/* Wait lifecycle. weft__wait_init, then arm any of fd/deadline parts, then
+ * the client blocks until wake() is called. */
+void weft__wait_init(weft__wait *w, weft__reactor *r,
+                     void (*wake)(weft__wait *), void *owner);
+int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
+/* The same for a @deadline the caller has just seen to lie in the future
+ * (or WEFT_FOREVER): no clock read. One that passed in between fires at the
+ * next turn of the loop. */
+int weft__wait_arm_later(weft__wait *w, int64_t deadline);
+/* Wait for @fd to be ready for @events: the backend decides how (a
+ * registration, a poll array entry, a ring POLL). A descriptor the backend
+ * cannot watch (a regular file with epoll) is always ready: the wait
+ * completes at once with @events. Returns 0 or -ENOMEM. */
+int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
+/* Move @w's deadline to @deadline (a wait already armed; the new one may
+ * be earlier or later): its timer is disarmed and armed again. Returns 0 or
+ * -ENOMEM. */
+int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline);
+/* Timers that are not waits' (a client's own timeouts, sweeps): @t->fire
+ * set by the caller; weft__timer_arm is 0 or -ENOMEM, and a timer is armed
+ * at most once at a time (disarm it first). */
+static inline int weft__timer_arm(weft__reactor *r, weft__timer *t, int64_t deadline)
+{
+    t->deadline = deadline;
+    return weft__heap_push(&r->timers, t);
+}
+static inline void weft__timer_disarm(weft__reactor *r, weft__timer *t)
+{
+    if (t->idx != WEFT__TIMER_IDLE)
+        weft__heap_remove(&r->timers, t);
+}
+static inline uint32_t weft__reactor_timers(const weft__reactor *r)
+{
+    return weft__heap_count(&r->timers);
+}
+/* Complete @w with @result (first completion wins; later ones are no-ops). */
+void weft__wait_complete(weft__wait *w, int result);
+/* Start a completion op for @w (backends with op_submit only). */
+int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d);
+static inline bool weft__reactor_has_ops(const weft__reactor *r) {
+    return r->ops->op_submit != NULL;
+}
+/* Whether @op (WEFT__OP_*) on a descriptor of @kind (WEFT__FD_*) should be
+ * a completion op on this reactor (see weft__backend_ops.op_ok). */
+static inline bool weft__reactor_use_op(const weft__reactor *r, int kind, int op) {
+    return (r->op_mask[kind] >> op) & 1;
+}
+/*
+ * Completion ops that may be cut short. A wait armed with an op (and maybe
+ * a deadline) can end before the op does: its deadline passed, the client
+ * was interrupted, the descriptor was closed. The op is then being
+ * cancelled, but the kernel may still use its buffers, and the backend
+ * still writes the op's outcome into the wait (op, op_done, op_res) when
+ * its completion arrives. So after such a wait completes, while
+ * weft__op_pending() says so, the client re-arms the same wait with
+ * weft__op_rearm() (nocancel: nothing but the completion ends it) and
+ * blocks on it again; only then is the wait's memory, and the buffer, its
+ * own again. weft__op_result() then merges the outcomes: an op that
+ * completed wins over the reason the wait ended (no data, no accepted
+ * descriptor is lost); one that was cancelled reports that reason. C
+ * fibers (io.c) and the Ruby extension both block this way.
+ */
+/* Arm @w (initialised, nothing armed yet) with @d and @deadline — a
+ * deadline that has passed fires at the next poll, which cancels the op
+ * unless it completed inside that poll's submission: one attempt. Returns
+ * 0, or -errno with @w completed with it. */
+int weft__op_start(weft__wait *w, const weft__opdesc *d, int64_t deadline);
+static inline bool weft__op_pending(const weft__wait *w) { return w->op != NULL; }
+void weft__op_rearm(weft__wait *w);
+/* @why: the result the wait first ended with. */
+int weft__op_result(const weft__wait *w, int why);
+
+/* What @fd is (WEFT__FD_SOCKET, FILE, FIFO or OTHER), learnt with one
+ * fstat per life of the descriptor and kept; -errno if @fd is not open,
+ * -ENOMEM if the table cannot grow to it. */
+int weft__fd_learn_kind(weft__reactor *r, int fd);
+static inline int weft__fd_kind(weft__reactor *r, int fd)
+{
+    if (WEFT_LIKELY(fd < r->nfds && r->fds[fd].kind != WEFT__FD_UNKNOWN))
+        return r->fds[fd].kind;
+    return weft__fd_learn_kind(r, fd);
+}
+/* After fork(), in the child: release the parent's kernel objects (ring,
+ * epoll set, eventfd) without touching the parent's. */
+void weft__reactor_abandon(weft__reactor *r);
+/* Wake every waiter on @fd with @err and drop its registration/state. */
+void weft__reactor_fd_close(weft__reactor *r, int fd, int err);
+/* Fresh descriptor created by weft (or just forgotten): reset its state. */
+void weft__reactor_fd_new(weft__reactor *r, int fd);
+
+
+#endif /* WEFT_REACTOR_H */
