@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# fuzz_ops.sh — the op-sequence fuzzer (fuzz/ops_fuzz.c, issue 18): a
+# libFuzzer target (clang, ASan + UBSan) that runs its input as a program
+# of weft calls across a few fibers and checks weft's promises while and
+# after it runs.
+#   1. the seed corpus (fuzz/corpus/ops) replayed on every backend: epoll,
+#      poll and io_uring where the kernel allows it;
+#   2. 60 s of fuzzing on one backend (io_uring here, else epoll;
+#      WEFT_FUZZ_SECS and WEFT_FUZZ_BACKEND override). New inputs go to a
+#      scratch directory, not the repository.
+# A failing input is kept as build/fuzz/ops-crash-*; replay it with
+# `build/fuzz/ops_fuzz FILE` (fuzz/README.md).
+# Prints "[fuzz_ops] N passed, N failed"; appends "N M" to $WEFT_TEST_TALLY.
+set -u
+cd "$(dirname "$0")/../.."
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "  ok    $1"; }
+bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && grep -v '^#\|NEW_FUNC\|Uses:' "$2" | sed 's/^/        | /' | tail -n 40; }
+tmp=$(mktemp -d /tmp/weft-fuzz-ops.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+secs=${WEFT_FUZZ_SECS:-60}
+bin=build/fuzz/ops_fuzz
+finish() {
+  [ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
+  echo "[fuzz_ops] $pass passed, $fail failed"
+  [ "$fail" -eq 0 ]; exit
+}
+
+# Build: the fuzzer with the library's sources, as the Ruby extension is
+# built (io_uring when liburing links).
+mkdir -p build/fuzz
+uring=-DWEFT_NO_URING
+printf '#include <liburing.h>\nint main(void){struct io_uring r;return io_uring_queue_init(1,&r,0);}\n' |
+  clang -x c - -o /dev/null -luring >/dev/null 2>&1 && uring=-luring
+case "$(uname -m)" in
+  x86_64) ctx=src/arch/ctx_x86_64.S ;;
+  aarch64) ctx=src/arch/ctx_aarch64.S ;;
+  *) ctx=""; uring="$uring -DWEFT_CTX_UCONTEXT=1" ;;
+esac
+# shellcheck disable=SC2086
+if ! clang -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wshadow -D_GNU_SOURCE \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+     -Iinclude -Isrc fuzz/ops_fuzz.c src/*.c src/arch/ctx.c $ctx \
+     -o "$bin" -lpthread -lm $uring >"$tmp/build.log" 2>&1; then
+  bad "ops_fuzz: build (clang with libclang-rt-14-dev needed)" "$tmp/build.log"
+  finish
+fi
+
+backends=(epoll poll)
+if [ -x build/tests/tool_backend ] || make -s build/tests/tool_backend >/dev/null 2>&1; then
+  [ "$(WEFT_BACKEND=io_uring build/tests/tool_backend 2>/dev/null)" = io_uring ] && backends=(io_uring "${backends[@]}")
+fi
+
+# Failing inputs are written to $tmp/<backend>-crash-* and kept in build/fuzz.
+keep() { for f in "$tmp/$1"-crash-* "$tmp/$1"-timeout-* "$tmp/$1"-leak-*; do
+           [ -e "$f" ] && cp "$f" "build/fuzz/ops-$(basename "$f")"; done; }
+
+# 1. The corpus on every backend.
+nseeds=$(ls fuzz/corpus/ops | wc -l)
+for b in "${backends[@]}"; do
+  if WEFT_BACKEND=$b "$bin" -runs=0 -timeout=30 -artifact_prefix="$tmp/$b-" \
+       fuzz/corpus/ops >"$tmp/seeds.$b.log" 2>&1; then
+    ok "ops_fuzz [$b]: the $nseeds corpus programs run clean"
+  else
+    bad "ops_fuzz [$b]: a corpus program fails (kept in build/fuzz/)" "$tmp/seeds.$b.log"
+    keep "$b"
+  fi
+done
+
+# 2. Fuzzing on one backend.
+fb=${WEFT_FUZZ_BACKEND:-${backends[0]}}
+mkdir -p "$tmp/corpus"
+if WEFT_BACKEND=$fb "$bin" -max_total_time="$secs" -timeout=30 -max_len=1024 \
+     -rss_limit_mb=2048 -artifact_prefix="$tmp/$fb-" -print_final_stats=1 \
+     "$tmp/corpus" fuzz/corpus/ops >"$tmp/fuzz.log" 2>&1; then
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/fuzz.log")
+  cov=$(grep -o 'cov: [0-9]*' "$tmp/fuzz.log" | tail -n 1)
+  ok "ops_fuzz [$fb]: ${secs} s, ${runs:-?} programs, ${cov:-cov: ?} edges, no failure"
+else
+  bad "ops_fuzz [$fb]: a program failed (input kept in build/fuzz/)" "$tmp/fuzz.log"
+  keep "$fb"
+fi
+finish
