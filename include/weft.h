@@ -38,6 +38,7 @@
 
 #include <errno.h>      /* the E* codes that every call returns negated */
 #include <stddef.h>
+#include <signal.h>     /* sigset_t: weft_signal_*() */
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/socket.h>
@@ -617,6 +618,77 @@ int weft_tcp_connect(const char *host, int port, int64_t deadline);
  * the local port @p fd is bound to, or -errno.
  */
 int weft_local_port(int fd);
+
+/** @} */
+
+/* ------------------------------------------------------------------------ */
+/* Signals                                                                  */
+/* ------------------------------------------------------------------------ */
+/** @defgroup signal Signals
+ * Waiting for signals in a fiber, through a signalfd(2) per loop.
+ *
+ * @code{.unparsed}
+ *   Masks      A signalfd sees only signals that are blocked: unblocked,
+ *              they run their handler or default action (SIGINT, SIGTERM:
+ *              the process ends) instead. The mask is per thread, and a
+ *              signal sent to the process goes to any one thread that does
+ *              not block it. So a program must block the signals it waits
+ *              for in EVERY thread: call weft_signal_block() (or
+ *              weft_signal_open()) in main() before it creates any thread,
+ *              since threads inherit their creator's mask. weft's own
+ *              offload threads block every signal.
+ *   Delivery   A signal sent to the process is taken by exactly one wait:
+ *              with several loops waiting for it, whichever reads first.
+ *              A signal sent to a thread (pthread_kill) is seen only by the
+ *              signalfds read on that thread: wait on the loop of the
+ *              thread that opened the descriptor. Standard signals do not
+ *              queue: two SIGTERMs before a wait are one.
+ *   Children   weft_proc_spawn() starts children with an empty signal mask
+ *              (and SIGPIPE at its default), so a blocked mask is not
+ *              inherited by the programs it runs.
+ * @endcode
+ * weft never installs a signal handler nor changes a disposition.
+ * @{
+ */
+
+struct signalfd_siginfo;
+
+/**
+ * block the signals of @p set in the calling thread (pthread_sigmask(3)
+ * with SIG_BLOCK), keeping those already blocked. Call it in main() before
+ * creating threads, which inherit the mask. Callable anywhere.
+ * @return 0, -EINVAL for a NULL @p set.
+ */
+int weft_signal_block(const sigset_t *set);
+
+/**
+ * a descriptor that waits for the signals of @p set: blocks @p set in the
+ * calling thread (as weft_signal_block()), then opens a signalfd(2) for it,
+ * non-blocking and close-on-exec. Pass it to weft_signal_wait() on this
+ * thread's loop; close it with weft_close(). SIGKILL and SIGSTOP cannot be
+ * waited for and are ignored in @p set.
+ * @return the descriptor; -EINVAL for a NULL or empty @p set; -EMFILE,
+ * -ENFILE, -ENOMEM.
+ */
+int weft_signal_open(const sigset_t *set);
+
+/**
+ * wait until a signal of descriptor @p sfd's set is pending, and take it.
+ *
+ * @param sfd a descriptor from weft_signal_open() (or any signalfd made
+ *   with SFD_NONBLOCK).
+ * @param info if non-NULL, receives what the kernel tells about the signal
+ *   (struct signalfd_siginfo of <sys/signalfd.h>: ssi_signo, ssi_pid of
+ *   the sender, ssi_code...).
+ *
+ * A signal already pending returns at once. Several fibers may wait on
+ * one descriptor: each signal goes to one of them.
+ * @return the signal number (> 0); -ETIMEDOUT; -ECANCELED; -EBADF (also
+ * when @p sfd is closed with weft_close() while waiting); -EINVAL for a
+ * descriptor that is not a signalfd or a bad deadline; -EPERM outside a
+ * fiber.
+ */
+int weft_signal_wait(int sfd, struct signalfd_siginfo *info, int64_t deadline);
 
 /** @} */
 

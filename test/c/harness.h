@@ -96,6 +96,21 @@ static inline void h_tcp_pair(int *a, int *b)
     CHECK_EQ(weft_close(l), 0);
 }
 
+/* In a fiber: start @fn(@arg) in a fiber of its own, give it 2 ms to
+ * block, then end its wait by cancelling it (@close_fd < 0) or by closing
+ * @close_fd under it, and return once it has finished. */
+static inline void h_interrupt(weft_fn_t fn, void *arg, int close_fd)
+{
+    weft_fiber_t f;
+    CHECK_EQ(weft_spawn(fn, arg, NULL, &f), 0);
+    CHECK_EQ(weft_sleep(2000000), 0);
+    if (close_fd >= 0)
+        CHECK_EQ(weft_close(close_fd), 0);
+    else
+        CHECK_EQ(weft_cancel(f), 0);
+    CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
+}
+
 static inline void h_check_idle(void)
 {
     weft_stats_t st;
