@@ -693,6 +693,110 @@ int weft_signal_wait(int sfd, struct signalfd_siginfo *info, int64_t deadline);
 /** @} */
 
 /* ------------------------------------------------------------------------ */
+/* Subprocesses                                                             */
+/* ------------------------------------------------------------------------ */
+/** @defgroup subproc Subprocesses
+ * Running a program with optional pipes to its standard input, output and
+ * error. The pipes' ends in this process are ordinary non-blocking
+ * descriptors for weft_read(), weft_write(), a weft_reader_t...; the child
+ * is watched through a pidfd (Linux >= 5.3; elsewhere weft_proc_wait()'s
+ * polling), so no SIGCHLD handler is needed or installed.
+ * @{
+ */
+
+/** What a child's standard descriptor is (weft_proc_opts_t.stdio). */
+#define WEFT_PROC_INHERIT 0 /**< this process's own (the default)          */
+#define WEFT_PROC_PIPE    1 /**< a new pipe; this process's end in weft_proc_t */
+#define WEFT_PROC_NULL    2 /**< /dev/null                                 */
+#define WEFT_PROC_FD      3 /**< the descriptor in weft_proc_opts_t.stdio_fd */
+#define WEFT_PROC_STDOUT  4 /**< stderr only: wherever stdout goes (2>&1)  */
+
+/** Options for weft_proc_spawn(); zero-initialise, then set fields. */
+typedef struct weft_proc_opts {
+    int stdio[3];          /**< WEFT_PROC_* for stdin, stdout, stderr      */
+    int stdio_fd[3];       /**< the descriptors for WEFT_PROC_FD           */
+    char *const *envp;     /**< the environment; NULL: this process's      */
+    const char *cwd;       /**< working directory; NULL: this process's    */
+} weft_proc_opts_t;
+
+/** A running (or finished) child process; the caller's memory. */
+typedef struct weft_proc {
+    pid_t pid;             /**< the child's process id                     */
+    int in;                /**< write end of its stdin pipe, or -1         */
+    int out;               /**< read end of its stdout pipe, or -1         */
+    int err;               /**< read end of its stderr pipe, or -1         */
+    int pidfd_;            /**< internal                                   */
+    int status_;           /**< internal: its wait status, once reaped     */
+    int reaped_;           /**< internal                                   */
+} weft_proc_t;
+
+/**
+ * start @p file with arguments @p argv (argv[0] included, NULL-terminated)
+ * as a child process, with pipes or other descriptors as @p opts says.
+ *
+ * @param file a path if it contains a '/' (relative to @p opts->cwd when
+ *   that is set), else a name searched in this process's PATH.
+ * @param opts NULL for all three descriptors inherited, the parent's
+ *   environment and working directory.
+ *
+ * posix_spawn(3): the child shares no memory with this process once it has
+ * started; its signal mask is empty and SIGPIPE is at its default, whatever
+ * this thread blocks or ignores; no descriptor of this process that is
+ * close-on-exec (every one weft makes) reaches it. Callable outside fibers;
+ * never waits for the child (the calling thread is held only while the
+ * child is being started).
+ *
+ * On success fills @p p (pipes in @p p->in, @p p->out, @p p->err, -1 for
+ * the others): join it with weft_proc_join() and release it with
+ * weft_proc_close(). A pipe end may be closed earlier with weft_close() —
+ * closing @p p->in is how the child sees end of file — and then set to -1.
+ * @return 0; -ENOENT (no such program), -EACCES, -ENOEXEC and the other
+ * errors of execve(2), reported by the call itself (no child is left);
+ * -EINVAL (NULL @p p, @p file or @p argv, empty @p file, an unknown stdio
+ * mode, WEFT_PROC_STDOUT for stdin or stdout); -EBADF (a WEFT_PROC_FD
+ * descriptor that is not open); -EMFILE; -ENOMEM; -EAGAIN.
+ */
+int weft_proc_spawn(weft_proc_t *p, const char *file, char *const argv[],
+                    const weft_proc_opts_t *opts);
+
+/**
+ * wait until child @p p terminates, and reap it.
+ *
+ * @param wstatus if non-NULL, receives the status as waitpid(2) gives it
+ *   (WIFEXITED/WEXITSTATUS, WIFSIGNALED/WTERMSIG).
+ *
+ * Joining again (also after weft_proc_close()) gives the same status. Its
+ * pipes are not touched: read them to the end first, or a child that
+ * fills a pipe nobody reads never terminates.
+ * @return 0; -ETIMEDOUT (the child runs on: join again, or kill it);
+ * -ECANCELED; -ECHILD when something else reaped it (waitpid(-1), SIGCHLD
+ * ignored); -EINVAL (NULL or never started @p p, a bad deadline); -EPERM
+ * outside a fiber.
+ */
+int weft_proc_join(weft_proc_t *p, int *wstatus, int64_t deadline);
+
+/**
+ * send signal @p sig (0: only check that it runs) to child @p p. Through
+ * its pidfd (pidfd_send_signal(2)) where there is one, so never to another
+ * process that got its number. Never blocks.
+ * @return 0; -ESRCH once it has been reaped; -EINVAL (NULL @p p, a bad
+ * signal number); -EPERM.
+ */
+int weft_proc_kill(weft_proc_t *p, int sig);
+
+/**
+ * close the pipes of @p p still open (waking fibers that wait on them with
+ * -EBADF, as weft_close() does) and its pidfd, and reap the child if it has
+ * terminated. It neither waits for nor kills a child that still runs: that
+ * one stays this process's child, to be reaped with
+ * weft_proc_wait(@p p->pid, ...) (or it remains a zombie until this process
+ * ends). Closing twice is fine. @return 0, -EINVAL for NULL.
+ */
+int weft_proc_close(weft_proc_t *p);
+
+/** @} */
+
+/* ------------------------------------------------------------------------ */
 /* Sync primitives                                                          */
 /* ------------------------------------------------------------------------ */
 /** @defgroup sync Sync primitives
