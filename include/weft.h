@@ -600,17 +600,20 @@ int weft_socket(int domain, int type, int protocol);
 int weft_pipe(int fds[2]);
 
 /**
- * a listening TCP socket on numeric address @p host
- * ("127.0.0.1", "::1"; NULL or "" = all IPv4 addresses) and @p port (0 picks
+ * a listening TCP socket on @p host, a numeric address
+ * ("127.0.0.1", "::1"; NULL or "" = all IPv4 addresses) or a name
+ * (resolved as weft_listen() does: "localhost"), and @p port (0 picks
  * a free port; see weft_local_port()), with SO_REUSEADDR and, if @p reuseport,
  * SO_REUSEPORT. @p backlog <= 0 means SOMAXCONN. @return the descriptor or
- * -errno (-EINVAL for a bad address or port).
+ * -errno (-EINVAL for a bad port, -ENOENT for a name that does not exist).
  */
 int weft_tcp_listen(const char *host, int port, int backlog, int reuseport);
 
 /**
- * connect to numeric @p host and @p port with TCP_NODELAY
- * set. @return the connected descriptor or -errno (as weft_connect()).
+ * connect to @p host and @p port with TCP_NODELAY set. A numeric
+ * @p host is connected to at once; a name is resolved and its addresses
+ * raced as weft_dial() does. @return the connected descriptor or -errno
+ * (as weft_connect(); -ENOENT for a name that does not exist).
  */
 int weft_tcp_connect(const char *host, int port, int64_t deadline);
 
@@ -618,6 +621,204 @@ int weft_tcp_connect(const char *host, int port, int64_t deadline);
  * the local port @p fd is bound to, or -errno.
  */
 int weft_local_port(int fd);
+
+/** @} */
+
+/* ------------------------------------------------------------------------ */
+/* Datagrams and messages                                                   */
+/* ------------------------------------------------------------------------ */
+/** @defgroup dgram Datagrams and messages
+ * recvfrom(2), sendto(2), recvmsg(2) and sendmsg(2) that block only the
+ * calling fiber: the system call first (with MSG_DONTWAIT, and
+ * MSG_NOSIGNAL on sends), a readiness wait (weft_wait_fd()) when it would
+ * block. For UDP, Unix datagram and any other socket; on a stream socket
+ * with write-behind on (weft_write_behind()), call weft_flush() before a
+ * send through these. A datagram larger than the buffer is cut to it
+ * (MSG_TRUNC in @p flags returns its real length, as recv(2) does).
+ * @{
+ */
+
+/**
+ * receive from socket @p fd and learn the sender's address, like
+ * recvfrom(2).
+ *
+ * @param addr,addrlen where to store the sender's address, as recvfrom(2):
+ *   *@p addrlen is the room at @p addr on entry, the address's length on
+ *   return; both NULL when the address is not wanted.
+ * @return the number of bytes received (0 is an empty datagram, or end of
+ * file on a stream socket), or -ETIMEDOUT, -ECANCELED, -EBADF (also when
+ * @p fd is closed with weft_close() while waiting), -ENOTSOCK, other
+ * recvfrom(2) errors, -EINVAL (NULL @p buf with non-zero @p len, @p addr
+ * without @p addrlen), -EPERM outside a fiber.
+ */
+ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
+                      struct sockaddr *addr, socklen_t *addrlen,
+                      int64_t deadline);
+
+/**
+ * send @p len bytes to @p addr on socket @p fd, like sendto(2); with
+ * @p addr NULL, to the socket's connected peer.
+ *
+ * @return the number of bytes sent (a datagram goes whole or not at all),
+ * or -ETIMEDOUT, -ECANCELED, -EBADF, -ENOTSOCK, -EMSGSIZE (a datagram too
+ * large for the protocol), -ECONNREFUSED (an ICMP error from an earlier
+ * datagram of a connected UDP socket), other sendto(2) errors, -EINVAL,
+ * -EPERM outside a fiber. Never raises SIGPIPE.
+ */
+ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
+                    const struct sockaddr *addr, socklen_t addrlen,
+                    int64_t deadline);
+
+/**
+ * receive a message into @p msg, like recvmsg(2): scatter buffers,
+ * the sender's address (msg_name), ancillary data (msg_control, for
+ * instance SCM_RIGHTS descriptors on a Unix socket) and msg_flags.
+ * @return as weft_recvfrom(); -EINVAL for a NULL @p msg.
+ */
+ssize_t weft_recvmsg(int fd, struct msghdr *msg, int flags, int64_t deadline);
+
+/**
+ * send the message @p msg, like sendmsg(2).
+ * @return as weft_sendto(); -EINVAL for a NULL @p msg.
+ */
+ssize_t weft_sendmsg(int fd, const struct msghdr *msg, int flags,
+                     int64_t deadline);
+
+/** @} */
+
+/* ------------------------------------------------------------------------ */
+/* Names, addresses, Unix-domain sockets                                    */
+/* ------------------------------------------------------------------------ */
+/** @defgroup net Names, addresses, Unix-domain sockets
+ * Connecting to and listening on host names. A numeric address ("127.0.0.1",
+ * "::1", "fe80::1%eth0") is parsed on the spot; any other host is looked up
+ * with weft_getaddrinfo(), which blocks only the calling fiber.
+ * Unix-domain socket paths that start with '@' name the abstract namespace
+ * (Linux): "@app" is the name "\0app", with no file (write "./@app" for a
+ * file of that name). Every descriptor returned is non-blocking and
+ * close-on-exec, as weft_socket() makes them.
+ * @{
+ */
+
+/** Flag of weft_listen(): set SO_REUSEPORT (several listeners share a port). */
+#define WEFT_REUSEPORT 1
+/** Flag of weft_unix_listen(): replace a stale socket file left at the path
+ *  by a server that is gone (never a live one, never a file that is not a
+ *  socket). */
+#define WEFT_UNIX_UNLINK 2
+
+/**
+ * resolve @p host and @p port to one socket address: the first that
+ * getaddrinfo(3) gives for @p type.
+ *
+ * @param type SOCK_STREAM, SOCK_DGRAM, or 0 for any.
+ * @param addr,addrlen receive the address (a struct sockaddr_storage has
+ *   room for any), for instance for weft_sendto().
+ *
+ * A numeric @p host never waits. @return 0; -EINVAL (NULL or empty @p host,
+ * @p port outside 0..65535, bad @p type, NULL @p addr or @p addrlen); the
+ * errors of weft_getaddrinfo() (-ENOENT: no such name, -ETIMEDOUT,
+ * -ECANCELED, -EPERM outside a fiber for a name).
+ */
+int weft_resolve(const char *host, int port, int type,
+                 struct sockaddr_storage *addr, socklen_t *addrlen,
+                 int64_t deadline);
+
+/**
+ * connect to @p host (a name or a numeric address) and @p port.
+ *
+ * @param type SOCK_STREAM (TCP, with TCP_NODELAY set) or SOCK_DGRAM (a
+ *   connected UDP socket: weft_send() and weft_recv() exchange datagrams
+ *   with that peer).
+ *
+ * A name's addresses are tried in the order the resolver gives them, the
+ * address families alternating; for TCP a new attempt starts when the one
+ * before fails, or once it has gone 250 ms without an answer ("happy
+ * eyeballs", RFC 8305) while the earlier attempts keep going; the first
+ * connection made wins and the others are closed. Every attempt shares
+ * @p deadline.
+ *
+ * @return the connected descriptor; -EINVAL (NULL or empty @p host, @p port
+ * outside 1..65535, another @p type); the resolver's errors (-ENOENT for a
+ * name that does not exist); when every address failed, the error of the
+ * first one (-ECONNREFUSED, -ENETUNREACH...); -ETIMEDOUT; -ECANCELED;
+ * -EPERM outside a fiber.
+ */
+int weft_dial(const char *host, int port, int type, int64_t deadline);
+
+/**
+ * a socket bound to @p host (a name or a numeric address; NULL or "" for
+ * every IPv4 address) and @p port (0 picks a free port: see
+ * weft_local_port()): listening for TCP connections when @p type is
+ * SOCK_STREAM (with SO_REUSEADDR), or a UDP socket ready for
+ * weft_recvfrom() when it is SOCK_DGRAM.
+ *
+ * @param backlog the listen(2) backlog; <= 0 means SOMAXCONN. Ignored for
+ *   SOCK_DGRAM.
+ * @param flags 0 or WEFT_REUSEPORT.
+ *
+ * The addresses of a name are tried in order and the first that binds is
+ * used ("localhost": the loopback address the resolver lists first). A name
+ * is resolved with weft_getaddrinfo() in a fiber (until @p deadline), and
+ * with getaddrinfo(3) on the calling thread outside fibers; a numeric
+ * address never waits.
+ *
+ * @return the descriptor; -EINVAL (@p port outside 0..65535, another
+ * @p type, unknown @p flags); the resolver's errors; the bind(2) or
+ * listen(2) error of the first address (-EADDRINUSE, -EACCES,
+ * -EADDRNOTAVAIL...).
+ */
+int weft_listen(const char *host, int port, int type, int backlog, int flags,
+                int64_t deadline);
+
+/**
+ * a Unix-domain socket bound to @p path ("@name" for the abstract
+ * namespace): listening when @p type is SOCK_STREAM or SOCK_SEQPACKET,
+ * bound only for SOCK_DGRAM.
+ *
+ * @param backlog the listen(2) backlog; <= 0 means SOMAXCONN.
+ * @param flags 0 or WEFT_UNIX_UNLINK: if a socket file is left at @p path
+ *   and nothing accepts connections on it any more (connect(2) is
+ *   refused), it is removed and the bind tried again. Without it, or when
+ *   the file is a live socket or not a socket at all, the call fails with
+ *   -EADDRINUSE. The socket file stays after close: unlink(2) it when done.
+ *
+ * Never waits. @return the descriptor; -EINVAL (NULL or empty @p path, "@"
+ * alone, another @p type, unknown @p flags); -ENAMETOOLONG (longer than
+ * sockaddr_un holds: 107 bytes for a path, 107 after the '@' for an
+ * abstract name); -EADDRINUSE; other socket(2), bind(2) and listen(2)
+ * errors (-ENOENT for a missing directory, -EACCES).
+ */
+int weft_unix_listen(const char *path, int type, int backlog, int flags);
+
+/**
+ * connect a Unix-domain socket of @p type (SOCK_STREAM, SOCK_SEQPACKET or
+ * SOCK_DGRAM) to @p path ("@name" for the abstract namespace).
+ *
+ * A server whose backlog is full makes the call wait until @p deadline
+ * for room, trying again every 1 ms, then 2, 4... up to every 50 ms (the
+ * kernel tells a non-blocking connect nothing about room becoming free).
+ * @return the connected descriptor; -EINVAL, -ENAMETOOLONG (as
+ * weft_unix_listen()); -ENOENT (no such file); -ECONNREFUSED (nothing
+ * listens there); -EPROTOTYPE (a socket of another type); -ETIMEDOUT;
+ * -ECANCELED; -EPERM outside a fiber.
+ */
+int weft_unix_connect(const char *path, int type, int64_t deadline);
+
+/**
+ * write socket address @p addr as text into @p buf: "192.0.2.1:80",
+ * "[2001:db8::1]:443" (with "%scope" for a scoped address), a Unix
+ * socket's path, "@name" for an abstract one and "" for an unnamed one.
+ *
+ * @param len the address's length, as accept(2) or weft_recvfrom() give it.
+ * @return the length of the text (the NUL not counted); -ENOSPC when
+ * @p size cannot hold it and the NUL (@p buf then holds as much as fits,
+ * NUL-terminated, if @p size > 0); -EAFNOSUPPORT for another family;
+ * -EINVAL (NULL @p addr or @p buf, @p len too short for the family).
+ * Never blocks.
+ */
+int weft_addr_format(const struct sockaddr *addr, socklen_t len, char *buf,
+                     size_t size);
 
 /** @} */
 

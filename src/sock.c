@@ -145,6 +145,9 @@ int weft_tcp_listen(const char *host, int port, int backlog, int reuseport)
     struct sockaddr_storage ss;
     socklen_t len;
     int rc = parse_addr(host, port, &ss, &len);
+    if (rc == -EINVAL && host && port >= 0 && port <= 65535) /* a name */
+        return weft_listen(host, port, SOCK_STREAM, backlog,
+                           reuseport ? WEFT_REUSEPORT : 0, WEFT_FOREVER);
     if (rc < 0)
         return rc;
     int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
@@ -171,6 +174,8 @@ int weft_tcp_connect(const char *host, int port, int64_t deadline)
     struct sockaddr_storage ss;
     socklen_t len;
     int rc = parse_addr(host, port, &ss, &len);
+    if (rc == -EINVAL && host && port > 0 && port <= 65535) /* a name */
+        return weft_dial(host, port, SOCK_STREAM, deadline);
     if (rc < 0)
         return rc;
     if (!host || !*host || port == 0)
