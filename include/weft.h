@@ -823,6 +823,103 @@ int weft_addr_format(const struct sockaddr *addr, socklen_t len, char *buf,
 /** @} */
 
 /* ------------------------------------------------------------------------ */
+/* Buffered reading                                                         */
+/* ------------------------------------------------------------------------ */
+/** @defgroup reader Buffered reading
+ * A reader buffers what weft_read() gets from a descriptor, so that a
+ * program can take it a line (or any delimited piece) at a time. Lines
+ * are handed out in place, as pointers into the reader's buffer: no copy,
+ * and the longest line is bounded by the buffer, so a peer cannot make
+ * the program allocate without limit. Nothing read is ever dropped: a call
+ * that fails (timeout, cancellation, a line too long) leaves every byte
+ * it had buffered for the next call. A piece already buffered is handed
+ * out without a blocking call; reading the descriptor is one (a fiber, a
+ * deadline, -ECANCELED once cancelled). A reader belongs to one fiber at a
+ * time; its memory is the caller's (the buffer is allocated by
+ * weft_reader_init() and freed by weft_reader_destroy()).
+ * @{
+ */
+
+/** A buffered reader over a descriptor (weft_reader_init()). */
+typedef struct weft_reader {
+    int fd;                /**< the descriptor it reads from              */
+    char *buf_;            /**< internal: the buffer (size_ + 1 bytes)     */
+    size_t size_;          /**< internal                                  */
+    size_t start_, end_;   /**< internal: buffered bytes are [start_, end_) */
+    int eof_;              /**< internal: end of file seen                */
+} weft_reader_t;
+
+/**
+ * prepare @p r to read from @p fd with a buffer of @p size bytes (0: 16
+ * KiB), which is also the longest line it can return.
+ *
+ * @p fd stays the caller's: weft_reader_destroy() does not close it.
+ * Never blocks. @return 0; -EINVAL (NULL @p r, @p size above 1 GiB);
+ * -EBADF for a negative @p fd; -ENOMEM.
+ */
+int weft_reader_init(weft_reader_t *r, int fd, size_t size);
+
+/**
+ * free @p r's buffer (bytes still buffered are dropped); the descriptor is
+ * left open. A zeroed or already destroyed reader is fine.
+ */
+void weft_reader_destroy(weft_reader_t *r);
+
+/**
+ * read up to and including the next @p delim byte.
+ *
+ * @param line receives a pointer into the reader's buffer to the bytes
+ *   returned, valid until the next call on @p r. They are not
+ *   NUL-terminated; at end of file the last piece may lack @p delim.
+ * @param limit the most bytes a piece may have, the delimiter included;
+ *   0 means the buffer's size, which is also the largest allowed.
+ *
+ * @return the number of bytes (> 0); 0 at end of file with nothing
+ * buffered; -EMSGSIZE when @p limit bytes are buffered and none of them is
+ * @p delim: nothing is consumed, *@p line points at the buffered bytes and
+ * weft_reader_buffered() says how many (take them with
+ * weft_reader_read(), or close the connection); the errors of weft_read()
+ * (-ETIMEDOUT, -ECANCELED, -EBADF, -ECONNRESET...), which also keep what
+ * was buffered; -EINVAL (NULL argument, @p limit above the buffer's size,
+ * @p delim outside 0..255).
+ */
+ssize_t weft_read_until(weft_reader_t *r, int delim, char **line,
+                        size_t limit, int64_t deadline);
+
+/**
+ * read one text line: weft_read_until() with '\n', then the line ending
+ * ("\n" or "\r\n") is replaced by a NUL.
+ *
+ * @param line receives the NUL-terminated line, in the reader's buffer,
+ *   valid until the next call on @p r; the last line of a stream may end
+ *   without a newline.
+ * @param len if non-NULL, receives the line's length (the line ending not
+ *   counted; the text may itself contain NUL bytes).
+ * @param limit as weft_read_until(), the line ending included.
+ *
+ * @return 1 with a line; 0 at end of file; a negative errno as
+ * weft_read_until() (-EMSGSIZE for a line longer than @p limit, with the
+ * bytes kept).
+ */
+int weft_read_line(weft_reader_t *r, char **line, size_t *len, size_t limit,
+                   int64_t deadline);
+
+/**
+ * read up to @p len bytes: the buffered ones first, then, only when none
+ * is buffered, from the descriptor (one weft_read(), straight into
+ * @p buf). For the body after the header lines of a protocol, or to take
+ * the bytes of a line refused with -EMSGSIZE.
+ * @return the count (0 at end of file) or the errors of weft_read().
+ */
+ssize_t weft_reader_read(weft_reader_t *r, void *buf, size_t len,
+                         int64_t deadline);
+
+/** the number of bytes buffered in @p r, not yet handed out. */
+size_t weft_reader_buffered(const weft_reader_t *r);
+
+/** @} */
+
+/* ------------------------------------------------------------------------ */
 /* Signals                                                                  */
 /* ------------------------------------------------------------------------ */
 /** @defgroup signal Signals
