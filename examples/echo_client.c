@@ -5,6 +5,8 @@
  *
  *   build/examples/echo_client [--port P] [--host ADDR] [--clients N]
  *                              [--bytes B] [--timeout-ms MS]
+ *
+ * ADDR may be a name ("localhost") or a number (weft_dial()).
  */
 #include <weft.h>
 
@@ -60,7 +62,7 @@ static void *client(void *arg)
 {
     long id = (long)arg;
     int64_t deadline = weft_deadline_in(timeout_ns);
-    int fd = weft_tcp_connect(host, port, deadline);
+    int fd = weft_dial(host, port, SOCK_STREAM, deadline);
     if (fd < 0) {
         failed++;
         return NULL;

@@ -3,9 +3,10 @@
  *
  *   build/examples/echo_server [--port P] [--host ADDR] [--idle-ms MS]
  *
- * Stops on SIGINT/SIGTERM: a fiber reads a signalfd (the program blocks
- * those signals itself; the library never touches signal dispositions),
- * stops accepting, and cancels the connections still open.
+ * ADDR may be a name ("localhost") or a number. Stops on SIGINT/SIGTERM:
+ * a fiber waits for them (weft_signal_wait(); main() blocks them before
+ * anything else, the library never touches signal dispositions), stops
+ * accepting, and cancels the connections still open.
  */
 #include <weft.h>
 
@@ -15,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 
 static int lfd = -1;
 static long served, open_conns;
 static int64_t idle_ns = 60LL * 1000000000;
 static int stopping;
+static sigset_t stop_signals; /* SIGINT, SIGTERM */
 
 static void *connection(void *arg)
 {
@@ -62,16 +63,12 @@ static void *acceptor(void *arg)
 static void *signals(void *arg)
 {
     weft_fiber_t acc = *(weft_fiber_t *)arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    int sfd = weft_signal_open(&stop_signals);
     if (sfd < 0)
         return NULL;
-    struct signalfd_siginfo si;
-    if (weft_read(sfd, &si, sizeof si, WEFT_FOREVER) == (ssize_t)sizeof si)
-        fprintf(stderr, "echo_server: signal %u, shutting down\n", si.ssi_signo);
+    int sig = weft_signal_wait(sfd, NULL, WEFT_FOREVER);
+    if (sig > 0)
+        fprintf(stderr, "echo_server: %s, shutting down\n", strsignal(sig));
     stopping = 1;
     weft_cancel(acc);
     weft_join(acc, NULL, WEFT_FOREVER);
@@ -121,12 +118,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigprocmask(SIG_BLOCK, &set, NULL);
-    lfd = weft_tcp_listen(host, port, 4096, 0);
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    weft_signal_block(&stop_signals);
+    lfd = weft_listen(host, port, SOCK_STREAM, 4096, 0, WEFT_FOREVER);
     if (lfd < 0) {
         fprintf(stderr, "echo_server: listen on %s:%d: %s\n", host, port,
                 strerror(-lfd));

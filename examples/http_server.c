@@ -19,7 +19,8 @@
  * connections close, requests in progress finish (up to the drain
  * timeout). A second signal kills the process at once. The weft library
  * never touches signal dispositions; this program blocks SIGINT and
- * SIGTERM in every thread and reads them from a signalfd in a fiber.
+ * SIGTERM in every thread (weft_signal_block() before any thread starts)
+ * and a fiber of loop 0 waits for them (weft_signal_wait()).
  */
 #include "weft.h"
 #include "http/http_srv.h"
@@ -33,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #define MAX_THREADS 64
@@ -82,18 +82,17 @@ static void stop_cb(void *arg)
 static void *signal_main(void *arg)
 {
     sigset_t *mask = arg;
-    int sfd = signalfd(-1, mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    int sfd = weft_signal_open(mask);
     if (sfd < 0) {
-        perror("http_server: signalfd");
+        fprintf(stderr, "http_server: signals: %s\n", strerror(-sfd));
         return NULL;
     }
-    struct signalfd_siginfo si;
-    ssize_t n = weft_read(sfd, &si, sizeof si, WEFT_FOREVER);
+    int sig = weft_signal_wait(sfd, NULL, WEFT_FOREVER);
     weft_close(sfd);
-    if (n != (ssize_t)sizeof si)
+    if (sig < 0)
         return NULL;
     if (!G.quiet)
-        fprintf(stderr, "http_server: %s, draining\n", strsignal((int)si.ssi_signo));
+        fprintf(stderr, "http_server: %s, draining\n", strsignal(sig));
     for (int i = 0; i < G.threads; i++) {
         if (i == 0)
             http_srv_stop(G.loops[0].srv);
@@ -183,7 +182,7 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGTERM);
     all = mask;
     sigaddset(&all, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    weft_signal_block(&all);
 
     weft_sched_t *s0;
     int rc = weft_sched_create(&s0, NULL);
