@@ -40,6 +40,10 @@ prelude_for() {
       tls_libs=build/libweft_tls.a; tls_ldlibs="-lssl -lcrypto"; norun=1 ;;
     *weft_tcp_listen*"int main("*)
       args="0" ;;                                   # port 0: any free port
+    *weft_proc_spawn*"int main("*) ;;               # runs ls, exits 0
+    *weft_signal_open*) ;;
+    *weft_dial*weft_recvfrom*)
+      prelude='static int64_t deadline;' ;;
     *weft_cond_wait*)
       prelude='static weft_mutex_t m = WEFT_MUTEX_INIT;
 static int64_t deadline;
