@@ -68,6 +68,19 @@ static void full_close(full *f)
     CHECK_EQ(weft_close(f->lfd), 0);
 }
 
+/* @fd is connected to @c: @msg goes through, then both are closed. */
+static void exchange(int fd, int c, const char *msg)
+{
+    size_t n = strlen(msg);
+    char buf[32];
+    CHECK(fd >= 0 && c >= 0 && n <= sizeof buf);
+    CHECK_EQ(weft_write_all(fd, msg, n, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_read_full(c, buf, n, NULL, weft_deadline_in(1000 * MS)), 0);
+    CHECK(memcmp(buf, msg, n) == 0);
+    CHECK_EQ(weft_close(fd), 0);
+    CHECK_EQ(weft_close(c), 0);
+}
+
 static struct addrinfo ai_of(const struct sockaddr_storage *ss, socklen_t len)
 {
     return (struct addrinfo){.ai_family = ss->ss_family, .ai_socktype = SOCK_STREAM,
@@ -227,15 +240,9 @@ static void by_name(void)
     int port = weft_local_port(l);
     CHECK(port > 0);
     int fd = weft_dial("localhost", port, SOCK_STREAM, weft_deadline_in(5000 * MS));
-    CHECK(fd >= 0);
     int c = weft_accept(l, NULL, NULL, weft_deadline_in(1000 * MS));
-    CHECK(c >= 0);
-    CHECK_EQ(weft_write_all(fd, "hi", 2, NULL, WEFT_FOREVER), 0);
+    exchange(fd, c, "hi");
     char buf[4];
-    CHECK_EQ(weft_read_full(c, buf, 2, NULL, weft_deadline_in(1000 * MS)), 0);
-    CHECK(memcmp(buf, "hi", 2) == 0);
-    CHECK_EQ(weft_close(fd), 0);
-    CHECK_EQ(weft_close(c), 0);
     fd = weft_dial("127.0.0.1", port, SOCK_STREAM, weft_deadline_in(5000 * MS));
     CHECK(fd >= 0);
     CHECK_EQ(weft_close(fd), 0);
@@ -264,10 +271,7 @@ static void by_name(void)
     l = weft_tcp_listen("localhost", 0, 0, 0);
     CHECK(l >= 0);
     fd = weft_tcp_connect("localhost", weft_local_port(l), weft_deadline_in(5000 * MS));
-    CHECK(fd >= 0);
-    CHECK((c = weft_accept(l, NULL, NULL, weft_deadline_in(1000 * MS))) >= 0);
-    CHECK_EQ(weft_close(c), 0);
-    CHECK_EQ(weft_close(fd), 0);
+    exchange(fd, weft_accept(l, NULL, NULL, weft_deadline_in(1000 * MS)), "tcp");
     CHECK_EQ(weft_close(l), 0);
     CHECK_EQ(weft_tcp_connect("no-such-host.invalid", 80, WEFT_FOREVER), -ENOENT);
     CHECK_EQ(weft_tcp_listen("no-such-host.invalid", 0, 0, 0), -ENOENT);
@@ -351,12 +355,7 @@ static void unix_sockets(void)
         len = sizeof ss;
         CHECK_EQ(getpeername(c, (struct sockaddr *)&ss, &len), 0);
         CHECK_EQ(weft_addr_format((struct sockaddr *)&ss, len, text, sizeof text), 0);
-        CHECK_EQ(weft_write_all(fd, "unix", 4, NULL, WEFT_FOREVER), 0);
-        char buf[4];
-        CHECK_EQ(weft_read_full(c, buf, 4, NULL, weft_deadline_in(1000 * MS)), 0);
-        CHECK(memcmp(buf, "unix", 4) == 0);
-        CHECK_EQ(weft_close(fd), 0);
-        CHECK_EQ(weft_close(c), 0);
+        exchange(fd, c, "unix");
         /* A live socket is never replaced. */
         CHECK_EQ(weft_unix_listen(names[i], SOCK_STREAM, 0, WEFT_UNIX_UNLINK), -EADDRINUSE);
         CHECK_EQ(weft_close(l), 0);
