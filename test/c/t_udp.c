@@ -179,7 +179,8 @@ static void deadlines_cancel_close(void)
     int64_t t0 = weft_now();
     CHECK_EQ(weft_recvfrom(a, buf, sizeof buf, 0, NULL, NULL, weft_deadline_in(20 * MS)), -ETIMEDOUT);
     CHECK(weft_now() - t0 >= 20 * MS);
-    struct msghdr m = {0};
+    struct iovec one = {buf, 1};
+    struct msghdr m = {.msg_iov = &one, .msg_iovlen = 1};
     CHECK_EQ(weft_recvmsg(a, &m, 0, 0), -ETIMEDOUT);
     int64_t saved;
     CHECK_EQ(weft_scope_enter(weft_deadline_in(3 * MS), &saved), 0);
