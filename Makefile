@@ -54,7 +54,7 @@ LIB_SRC := $(wildcard src/*.c) src/arch/ctx.c
 # (libweft_reactor.a; the Ruby extension compiles exactly these), which
 # $(BUILD)/tests/layer_reactor and scripts/test.d/layers.sh check.
 REACTOR_SRC := src/reactor.c src/timer.c src/backend_epoll.c src/backend_poll.c \
-               src/backend_uring.c src/workers.c
+               src/backend_uring.c src/workers.c src/fault.c
 REACTOR_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(REACTOR_SRC))
 LIB_ASM := src/arch/ctx_x86_64.S src/arch/ctx_aarch64.S
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \

@@ -11,6 +11,7 @@
 #define WEFT_REACTOR_H
 
 #include "weft.h"
+#include "fault.h"
 #include "list.h"
 
 #include <pthread.h>

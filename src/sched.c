@@ -732,9 +732,15 @@ int weft_sched_run(weft_sched_t *s)
             continue;
         }
         /* Ops abandoned to the kernel (cancelled polls) complete soon:
-         * collect them so nothing is left in flight. */
-        if (s->live == 0 && s->r.ops_inflight == 0)
-            break;
+         * collect them so nothing is left in flight; and a post that
+         * arrived while the last fibers ran is run before returning. */
+        if (s->live == 0 && s->r.ops_inflight == 0) {
+            if (atomic_load(&s->r.posted) == 0)
+                break;
+            if ((rc = weft__reactor_run_once(&s->r, false)) < 0)
+                break;
+            continue;
+        }
         s->tick = 0;
         rc = weft__reactor_run_once(&s->r, true);
         if (rc < 0)

@@ -30,7 +30,7 @@ end
 # fibers; weft's own fibers, stacks, context switch and fiber-blocking I/O
 # are not part of it (scripts/test.d/layers.sh checks that nothing here
 # needs them).
-REACTOR_LAYER = %w[reactor.c timer.c backend_epoll.c backend_poll.c backend_uring.c workers.c].freeze
+REACTOR_LAYER = %w[reactor.c timer.c backend_epoll.c backend_poll.c backend_uring.c workers.c fault.c].freeze
 core = REACTOR_LAYER.map { |f| File.join(src, f) }
 missing = core.reject { |f| File.exist?(f) }
 abort "weft: reactor sources missing: #{missing.join(", ")}" unless missing.empty?
