@@ -30,7 +30,12 @@
  *
  *   Cancel     Once a fiber is cancelled (weft_cancel()), the blocking call it
  *              is in, and every blocking call it makes afterwards, returns
- *              -ECANCELED.
+ *              -ECANCELED — except that an operation the kernel has already
+ *              carried out when the cancel lands (a read that got its bytes,
+ *              an accept that got its connection: possible with io_uring,
+ *              where the operation is in the kernel while the fiber waits)
+ *              returns its result, so nothing is lost; the fiber's next
+ *              blocking call returns -ECANCELED. The same on every backend.
  * @endcode
  */
 #ifndef WEFT_H
@@ -313,6 +318,11 @@ int weft_detach(weft_fiber_t f);
  *
  * The blocking call @p f is in returns -ECANCELED as soon as @p f runs again,
  * and so does every later blocking call it makes; it is up to @p f to return.
+ * One exception, so that no data is lost: if the kernel had already carried
+ * out the call's operation when the cancel landed (with io_uring the
+ * operation is in the kernel while the fiber waits: a read may complete in
+ * the same moment), the call returns that result — the bytes read, the
+ * accepted descriptor — and the next blocking call returns -ECANCELED.
  * Cancelling a finished (not yet joined) fiber does nothing. A fiber may
  * cancel itself. @return 0 or -ESRCH for a stale handle.
  */

@@ -21,11 +21,23 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+/*
+ * Named cases. A failure names the case it happened in: the one set last
+ * with H_CASE("...") (a case that is a part of a function), else the
+ * function the check is in (each test function is a case).
+ */
+static const char *h_case_name;
+#define H_CASE(name) (h_case_name = (name), printf("case: %s\n", h_case_name))
+static inline const char *h_case(const char *fn)
+{
+    return h_case_name ? h_case_name : fn;
+}
+
 #define CHECK(c)                                                              \
     do {                                                                      \
         if (!(c)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
-                    #c);                                                      \
+            fprintf(stderr, "%s:%d: [case %s] CHECK failed: %s\n", __FILE__,  \
+                    __LINE__, h_case(__func__), #c);                          \
             exit(1);                                                          \
         }                                                                     \
     } while (0)
@@ -34,8 +46,9 @@
     do {                                                                      \
         long long a_ = (long long)(a), b_ = (long long)(b);                   \
         if (a_ != b_) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", \
-                    __FILE__, __LINE__, #a, a_, #b, b_);                      \
+            fprintf(stderr, "%s:%d: [case %s] CHECK_EQ failed: %s == %lld, "  \
+                    "%s == %lld\n", __FILE__, __LINE__, h_case(__func__), #a,  \
+                    a_, #b, b_);                                              \
             exit(1);                                                          \
         }                                                                     \
     } while (0)
