@@ -130,6 +130,7 @@ struct rsched {
     VALUE lw_fiber;
     int lw_fd;
     int closing;               /* close attempts begun (see s_close)     */
+    unsigned stops;            /* stop_all calls so far (see start_body) */
     bool bound;                /* a hook ran on `thread`: owned for good */
     bool r_live, running, closed, close_pending;
 };
@@ -138,7 +139,7 @@ struct rsched {
 #define INTR_OF(n) ((n) ? weft__container((n), rintr, node) : NULL)
 
 static VALUE mWeft, cScheduler, eWeftError, eStop, cFiber, eFiberError, eIOTimeout;
-static ID id_new, id_closed_p, id_full_message, id_status;
+static ID id_new, id_closed_p, id_full_message, id_status, id_blocking_p;
 static int pread_offset_encoded, pwrite_offset_encoded;
 static volatile unsigned fork_generation;
 
@@ -1786,6 +1787,7 @@ static VALUE stop_exception(const char *why)
 static long stop_all(rsched *s, VALUE exc)
 {
     long n = 0;
+    s->stops++;
     for (weft__node *a = s->all.head; a; a = a->next) {
         rwait *rw = RW_OF(a, anode);
         rintr *ri = ZALLOC(rintr);
@@ -1915,12 +1917,29 @@ struct start_arg {
     bool saved_chained;
 };
 
+/* A fiber suspended in Fiber.schedule's resume is not waiting in a hook,
+ * so stop_all cannot reach it: if the fibers were stopped while it was
+ * suspended (the new fiber raised Interrupt or SystemExit before its first
+ * wait), it is stopped here as they were — a scheduled starter with
+ * Weft::Stop, a blocking one (the thread's own fiber) with the signal or
+ * exit itself, as if it had arrived there. */
 static VALUE start_body(VALUE p)
 {
     struct start_arg *a = (struct start_arg *)p;
-    a->s->entered = a->fiber;
-    a->s->entered_chained = true;
+    rsched *s = a->s;
+    unsigned stops = s->stops;
+    s->entered = a->fiber;
+    s->entered_chained = true;
     rb_fiber_resume(a->fiber, a->argc, a->argv);
+    if (s->stops != stops) {
+        if (!RTEST(rb_funcall(rb_fiber_current(), id_blocking_p, 0)))
+            rb_exc_raise(stop_exception("stopped: a fiber it started raised SystemExit or a signal"));
+        if (!NIL_P(s->fatal)) {
+            VALUE e = s->fatal;
+            s->fatal = Qnil;
+            rb_exc_raise(e);
+        }
+    }
     return Qnil;
 }
 
@@ -2171,6 +2190,7 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     id_closed_p = rb_intern("closed?");
     id_full_message = rb_intern("full_message");
     id_status = rb_intern("status");
+    id_blocking_p = rb_intern("blocking?");
     cFiber = rb_const_get(rb_cObject, rb_intern("Fiber"));
     rb_gc_register_mark_object(cFiber);
     eFiberError = rb_const_get(rb_cObject, rb_intern("FiberError"));
