@@ -287,7 +287,11 @@ lib/weft/weft.so: $(RUBY_EXT_DEPS)
 	cd build/ruby && { for d in ../../src ../../src/arch ../../include ../../ext/weft/extconf.rb; do \
 	    [ Makefile -nt $$d ] || rm -f Makefile; done; [ -f Makefile ] || $(RUBY) $(CURDIR)/ext/weft/extconf.rb >/dev/null; } \
 	  && $(MAKE) --no-print-directory -s V=0 >/dev/null
-	cp build/ruby/weft.so $@
+	@# A new file renamed into place, never a copy over the old one: a Ruby
+	@# process that has the extension loaded keeps its mapping of the old
+	@# file; copying over it rewrites the pages it runs ([BUG] Bus Error or
+	@# Segmentation fault in whatever extension code runs next; issue 18).
+	cp build/ruby/weft.so $@.tmp.$$$$ && mv -f $@.tmp.$$$$ $@
 test-ruby: ruby
 	@bash scripts/test.d/ruby.sh
 # Ruby 3.3 from Debian's ruby3.3 source package, built once into a cache
