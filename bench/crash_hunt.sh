@@ -10,7 +10,7 @@
 # 0 (or, after a second signal, by that signal) within 30 s (60 s under
 # GC.stress). Chosen at random per run, from a seed:
 #   backend   io_uring (where the kernel allows it), epoll, poll
-#   build     release  lib/weft/weft.so as `make` builds it (-O2)
+#   build     release  lib/weft/weft.so as `make` builds it (-O2), copied
 #             O0       the extension at -O0 -g3 (gcc)
 #             asan     the extension at -O0 -g with clang's ASan on heap
 #                      and globals, the runtime preloaded into Debian's
@@ -77,7 +77,12 @@ build_ext() {
 builds=()
 for b in $want_builds; do
   case "$b" in
-    release) builds+=(release) ;;
+    release) # a copy of make's build, so that a rebuild during the hunt
+      # (another session's make) changes nothing under the runs
+      mkdir -p "$out/ext-release/lib/weft"
+      cp lib/weft/weft.so "$out/ext-release/lib/weft/weft.so.tmp" &&
+        mv -f "$out/ext-release/lib/weft/weft.so.tmp" "$out/ext-release/lib/weft/weft.so" &&
+        builds+=(release) ;;
     O0) build_ext O0 gcc "-O0 -g3 -fPIC -fno-omit-frame-pointer" "" "" && builds+=(O0) ||
           log "the -O0 build failed (see $out/ext-O0/build.log)" ;;
     asan)
@@ -89,7 +94,7 @@ for b in $want_builds; do
       fi ;;
   esac
 done
-extdir() { case "$1" in release) echo "$root/lib" ;; *) echo "$out/ext-$1/lib" ;; esac; }
+extdir() { echo "$out/ext-$1/lib"; }
 backends=()
 for b in $want_backends; do
   if [ "$b" = io_uring ] &&
@@ -199,6 +204,7 @@ one_run() { # N — sets $verdict, appends to results.tsv
   fi
 }
 
+log "tree $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- src ext lib 2>/dev/null || echo ' (with uncommitted changes in src, ext or lib)')"
 log "$runs runs, seed $seed, backends: ${backends[*]}; builds: ${builds[*]}; GC: ${gcs[*]}; results in $results"
 start=$(date +%s)
 exec 9>"$lock"
