@@ -272,7 +272,29 @@ static int prechecked(pre p, long rc, const char *what)
 
 static int waited_out(long rc)
 {
-    return rc == -ETIMEDOUT || rc == -ECANCELED;
+    return rc == -ETIMEDOUT || rc == -EAGAIN || rc == -ECANCELED;
+}
+
+/* The try rule (weft.h, Deadlines): a call given deadline 0 that would
+ * have to wait says -EAGAIN, never -ETIMEDOUT unless a timeout scope
+ * bounds it; a call given any other deadline never says -EAGAIN; a scope
+ * that had expired before the call wins (-ETIMEDOUT). */
+static void try_rule(int op, pre p, long rc, int64_t dl)
+{
+    switch (op) {
+    case OP_SLEEP: case OP_JOIN: case OP_PARK: case OP_LOCK: case OP_CWAIT:
+    case OP_SEM_ACQ: case OP_SEND: case OP_RECV: case OP_SELECT:
+    case OP_PWRITE: case OP_PREAD: case OP_PWAIT: case OP_FGET:
+        break;
+    default:
+        return; /* takes no deadline */
+    }
+    EXPECT(!(rc == -EAGAIN && (dl != 0 || p.expired)),
+           "%s with deadline %lld%s -> -EAGAIN", op_names[op], (long long)dl,
+           p.expired ? " in an expired scope" : "");
+    EXPECT(!(rc == -ETIMEDOUT && dl == 0 && p.scope == WEFT_FOREVER),
+           "%s with deadline 0 and no scope -> -ETIMEDOUT (a try says -EAGAIN)",
+           op_names[op]);
 }
 
 /* ---- promises -------------------------------------------------------- */
@@ -877,6 +899,7 @@ static void exec(int w, insn in)
         break;
     }
     }
+    try_rule(in.op % OP_COUNT, p, rc, dl);
     note(w, in.op % OP_COUNT, a, rc);
 }
 
@@ -931,7 +954,7 @@ static void drain_channels(void)
         int rc;
         while ((rc = weft_chan_recv(R.ch[c], &v, 0)) == 0)
             received(c, NW, v);
-        EXPECT(rc == (R.ch_closed[c] ? -EPIPE : -ETIMEDOUT), "drain channel %d -> %d", c, rc);
+        EXPECT(rc == (R.ch_closed[c] ? -EPIPE : -EAGAIN), "drain channel %d -> %d", c, rc);
         EXPECT(weft_chan_len(R.ch[c]) == 0, "channel %d not empty", c);
         for (int s = 0; s < R.nw; s++) {
             for (uint32_t q = 0; q < R.sent[c][s]; q++)

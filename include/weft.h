@@ -12,10 +12,15 @@
  *
  *   Deadlines  Every call that may block takes an absolute deadline in
  *              nanoseconds of the monotonic clock (see weft_now()).
- *              WEFT_FOREVER (-1) means no deadline; any deadline <= now
- *              (for instance 0) means "do not wait": the call makes its
- *              non-blocking attempt and returns -ETIMEDOUT if it would have to
- *              wait. Values below -1 are rejected with -EINVAL.
+ *              WEFT_FOREVER (-1) means no deadline. 0 means "try, don't
+ *              wait": the call makes its non-blocking attempt and returns
+ *              -EAGAIN if it would have to wait (a lock held, nothing to
+ *              read, a fiber not finished), as a non-blocking system call
+ *              does. A deadline that has passed (> 0, <= now) makes the
+ *              same single attempt but returns -ETIMEDOUT, as does a call
+ *              whose deadline passes while it waits. Values below -1 are
+ *              rejected with -EINVAL. A timeout scope that has expired
+ *              wins over both: -ETIMEDOUT.
  *              weft_deadline_in(ns) converts a relative timeout.
  *
  *   Threads    Each thread has at most one scheduler. Fibers, file
@@ -1667,7 +1672,8 @@ weft_future_t *weft_future_from_callback(
  *
  * The pool starts lazily with 4 threads (see weft_offload_start()).
  * @return 0, -ETIMEDOUT, -ECANCELED, -ENOMEM, -EAGAIN (no thread could be
- * started), -EPERM outside a fiber, -EINVAL.
+ * started; or a deadline of 0: a job cannot finish without a wait, so
+ * nothing is run), -EPERM outside a fiber, -EINVAL.
  */
 int weft_offload(void *(*fn)(void *arg), void *arg,
                  void (*cleanup)(void *arg, void *result), void **result,

@@ -40,9 +40,9 @@
  *
  *              weft_tls_error_string() gives OpenSSL's text for the last
  *              failure. -EKEYREJECTED, -EPROTO, -ECONNABORTED and transport
- *              errors other than -ETIMEDOUT and -ECANCELED are sticky: the
- *              connection is broken and every later call returns the same
- *              error. After -ETIMEDOUT or -ECANCELED the connection stays
+ *              errors other than -ETIMEDOUT, -EAGAIN (a deadline of 0) and
+ *              -ECANCELED are sticky: the connection is broken and every
+ *              later call returns the same error. After those the connection stays
  *              usable (a read may be retried; see weft_tls_write() for
  *              writes).
  *

@@ -311,7 +311,7 @@ int weft__dial_list(const struct addrinfo *list, int type, int64_t deadline)
     for (size_t i = 0; i < n; i++) {
         int fd = connect_one(order[i]->ai_family, order[i]->ai_addr,
                              order[i]->ai_addrlen, type, deadline);
-        if (fd >= 0 || fd == -ETIMEDOUT || fd == -ECANCELED)
+        if (fd >= 0 || fd == -ETIMEDOUT || fd == -EAGAIN || fd == -ECANCELED)
             return fd;
         if (!first)
             first = fd;
@@ -442,7 +442,7 @@ static int unix_connect_fd(int fd, const struct sockaddr_un *sa, socklen_t len,
             return -errno;
         int64_t now = weft_now();
         if (deadline != WEFT_FOREVER && now >= deadline)
-            return -ETIMEDOUT;
+            return weft__expired(deadline);
         bool last = deadline != WEFT_FOREVER && deadline - now <= pause;
         int rc = weft_sleep_until(last ? deadline : now + pause);
         if (rc < 0)

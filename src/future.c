@@ -297,7 +297,7 @@ int weft_future_get(weft_future_t *f, void **value, int64_t deadline)
     if (!st->delivered) {
         weft__wq_node n;
         rc = wq_block(&st->waiters, &n, deadline);
-        if (rc < 0 && !(rc == -ETIMEDOUT && st_load(st) == F_SET))
+        if (rc < 0 && !((rc == -ETIMEDOUT || rc == -EAGAIN) && st_load(st) == F_SET))
             return rc;
     }
     return weft_future_try_get(f, value);

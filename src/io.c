@@ -280,7 +280,7 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
     if (readiness && !write && sock &&
         read_waits_first(&s->r.fds[fd], io, flags)) {
         rc = weft__io_wait(fd, ready, deadline);
-        if (rc == -ETIMEDOUT)
+        if (rc == -ETIMEDOUT || rc == -EAGAIN)
             last_try = true;
         else if (rc < 0)
             return rc;
@@ -318,7 +318,7 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
         if ((rc = failed()) < 0)
             return rc;
         if (last_try)
-            return -ETIMEDOUT;
+            return weft__expired(deadline);
         if ((rc = weft__io_wait(fd, ready, deadline)) < 0)
             return rc;
     }

@@ -88,7 +88,7 @@ int weft__offload(void *(*fn)(void *), void *arg,
     if (!fn)
         return -EINVAL;
     if (deadline != WEFT_FOREVER && deadline <= weft_now())
-        return -ETIMEDOUT;
+        return weft__expired(deadline);
     job *j = calloc(1, sizeof *j);
     if (!j)
         return -ENOMEM;

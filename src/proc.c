@@ -48,7 +48,7 @@ static int wait_polling(pid_t pid, int *wstatus, int64_t deadline)
             return rc < 0 ? rc : 0;
         int64_t now = weft_now();
         if (deadline != WEFT_FOREVER && now >= deadline)
-            return -ETIMEDOUT;
+            return weft__expired(deadline);
         int64_t until = now + step;
         if (deadline != WEFT_FOREVER && until > deadline)
             until = deadline;

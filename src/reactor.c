@@ -101,7 +101,7 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
     if (deadline == WEFT_FOREVER || !w->active)
         return 0;
     if (deadline <= 0 || deadline <= weft_now()) {
-        weft__wait_complete(w, -ETIMEDOUT);
+        weft__wait_complete(w, weft__expired(deadline));
         return 0;
     }
     return weft__wait_arm_later(w, deadline);

@@ -358,8 +358,16 @@ static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
 }
 #define WEFT__WAKE_TOKEN UINT64_MAX
 
+/* What a wait whose @deadline has come ends with: -EAGAIN for the "try,
+ * don't wait" deadline 0 (nothing was ready), -ETIMEDOUT for any other. */
+static inline int weft__expired(int64_t deadline)
+{
+    return deadline == 0 ? -EAGAIN : -ETIMEDOUT;
+}
+
 /* Wait lifecycle. weft__wait_init, then arm any of fd/deadline parts, then
- * the client blocks until wake() is called. */
+ * the client blocks until wake() is called. A deadline that has come
+ * completes the wait at once with weft__expired(deadline). */
 void weft__wait_init(weft__wait *w, weft__reactor *r,
                      void (*wake)(weft__wait *), void *owner);
 int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);

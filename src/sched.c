@@ -483,7 +483,7 @@ int weft_sleep_until(int64_t deadline)
     /* A timeout scope may cut the sleep short: that is -ETIMEDOUT. */
     if (rc == -ETIMEDOUT && (deadline == WEFT_FOREVER || weft_now() < deadline))
         return rc;
-    return rc == -ETIMEDOUT ? 0 : rc;
+    return rc == -ETIMEDOUT || rc == -EAGAIN ? 0 : rc;
 }
 
 int weft_sleep(int64_t ns)

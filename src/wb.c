@@ -297,10 +297,16 @@ ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt
         if (small && !wb->failed && wb->len + total <= WB_CAP) {
             wb_copy(wb, iov, cnt); /* goes out after the bytes in flight */
             wb->deadline = deadline;
-            if (wb->w.timer.idx != WEFT__TIMER_IDLE &&
-                weft__wait_rearm_deadline(&wb->w, deadline) < 0)
-                /* Stuck for a while already: the new deadline applies. */
-                weft__wait_complete(&wb->w, -ENOMEM);
+            /* Stuck for a while already: the new deadline applies. One of
+             * 0 (a try) ends the buffer as a passed one does: timed out,
+             * the error every later write gets (-EAGAIN would read as
+             * "try again"). */
+            if (wb->w.timer.idx != WEFT__TIMER_IDLE) {
+                if (deadline == 0)
+                    weft__wait_complete(&wb->w, -ETIMEDOUT);
+                else if (weft__wait_rearm_deadline(&wb->w, deadline) < 0)
+                    weft__wait_complete(&wb->w, -ENOMEM);
+            }
             return (ssize_t)total;
         }
         int rc = weft__wb_drain(fd, deadline);

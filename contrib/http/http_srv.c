@@ -609,7 +609,7 @@ static void *accept_main(void *arg)
     int64_t deadline = WEFT_FOREVER;
     while (!s->stopping) {
         int fd = weft_accept(s->lfd, NULL, NULL, deadline);
-        if (fd == -ETIMEDOUT) {
+        if (fd == -EAGAIN) {
             deadline = WEFT_FOREVER; /* the queue is empty: wait */
             continue;
         }

@@ -1691,7 +1691,7 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
             weft__wait_complete(&rw.w, rc);
         rb_ensure(sel_wait_body, (VALUE)&a, sel_wait_ensure, (VALUE)&a);
         rc = rw.w.result;
-        if (rc < 0 && rc != -ETIMEDOUT && rc != -ECANCELED && rc != -EBADF)
+        if (rc < 0 && rc != -ETIMEDOUT && rc != -EAGAIN && rc != -ECANCELED && rc != -EBADF)
             rb_syserr_fail(-rc, "select");
     }
     ALLOCV_END(ev);
@@ -1726,7 +1726,7 @@ static VALUE s_block(int argc, VALUE *argv, VALUE self)
     rw_begin(s, &rw, RW_BLOCK);
     (void)weft__wait_arm_deadline(&rw.w, deadline);
     int rc = rw_wait(s, &rw, true);
-    return rc == -ETIMEDOUT ? Qfalse : Qtrue;
+    return rc == -ETIMEDOUT || rc == -EAGAIN ? Qfalse : Qtrue; /* -EAGAIN: timeout 0 */
 }
 
 static void unblock_local(rsched *s, VALUE fiber)

@@ -199,7 +199,7 @@ static inline void clear_errors(void)
 /* Errors after which the connection stays usable. */
 static int soft(int rc)
 {
-    return rc == -ETIMEDOUT || rc == -ECANCELED || rc == -EPERM || rc == -EINVAL;
+    return rc == -ETIMEDOUT || rc == -EAGAIN || rc == -ECANCELED || rc == -EPERM || rc == -EINVAL;
 }
 
 /* Record a failure's text (and, unless soft, make it sticky). */
@@ -825,7 +825,7 @@ int weft_tls_dial(weft_tls_t **out, weft_tls_ctx_t *ctx, const char *host,
             fd = s;
         } else {
             weft_close(s);
-            if (rc == -ETIMEDOUT || rc == -ECANCELED)
+            if (rc == -ETIMEDOUT || rc == -EAGAIN || rc == -ECANCELED)
                 break;
         }
     }

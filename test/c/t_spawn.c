@@ -54,7 +54,7 @@ static void *body(void *arg)
 
     /* join with a deadline that passes first, then for real */
     CHECK_EQ(weft_spawn(sleeper, (void *)(long)50000000, NULL, &f), 0);
-    CHECK_EQ(weft_join(f, &res, 0), -ETIMEDOUT);
+    CHECK_EQ(weft_join(f, &res, 0), -EAGAIN);
     CHECK_EQ(weft_join(f, &res, weft_deadline_in(1000000)), -ETIMEDOUT);
     CHECK_EQ(weft_join(f, &res, WEFT_FOREVER), 0);
     CHECK(res == (void *)(long)50000000);

@@ -387,6 +387,42 @@ class TestOrdinary < Minitest::Test
     assert_equal [1, 2, 3], log
   end
 
+  # A zero timeout is "try, don't wait" in every hook (block, io_wait,
+  # select): nothing ready gives the timed-out answer at once, never a
+  # wait and never true (the C layer now says -EAGAIN for a deadline of 0,
+  # not -ETIMEDOUT; every hook must still read it as "timed out").
+  def test_zero_timeouts_answer_at_once
+    got = {}
+    Weft.run do
+      r, w = IO.pipe
+      q = Thread::Queue.new
+      m = Thread::Mutex.new
+      cv = Thread::ConditionVariable.new
+      waiter = Fiber.schedule { sleep 0.2 }
+      got[:queue] = q.pop(timeout: 0) if RUBY_VERSION >= "3.2"
+      got[:wait_readable] = r.wait_readable(0)
+      got[:select] = IO.select([r], nil, nil, 0)
+      got[:cv] = m.synchronize { cv.wait(m, 0); m.owned? }
+      # Ruby 3.1's Thread#join loops on the scheduler's block hook until
+      # the thread ends, whatever it answers (thread_join_sleep checks the
+      # limit only without a scheduler; 3.2 fixed it): 3.2+ only.
+      got[:join] = Thread.new { sleep 0.2 }.join(0) if RUBY_VERSION >= "3.2"
+
+      got[:pending] = waiter.alive?
+      w << "x"
+      got[:ready] = r.wait_readable(0) ? :ready : :not_ready
+      [r, w].each(&:close)
+    end
+    assert_nil got[:queue]
+    assert_nil got[:wait_readable]
+    assert_nil got[:select]
+    assert got[:cv], "ConditionVariable#wait(m, 0) did not come back holding the mutex"
+
+    assert_nil got[:join]
+    assert got[:pending], "a zero timeout waited for another fiber"
+    assert_equal :ready, got[:ready]
+  end
+
   # 11. Fiber#raise between scheduled fibers: the caller continues.
   def test_fiber_raise_between_scheduled_fibers
     log = []
