@@ -423,34 +423,6 @@ int weft_unix_listen(const char *path, int type, int backlog, int flags)
     return fd;
 }
 
-/*
- * A Unix stream or seqpacket connect to a listener whose backlog is full
- * fails with EAGAIN, and nothing can be waited for: the unconnected socket
- * polls writable all along, and the kernel wakes only blocking connects
- * when room appears. So: try again after 1 ms, doubling to 50 ms.
- */
-static int unix_connect_fd(int fd, const struct sockaddr_un *sa, socklen_t len,
-                           int64_t deadline)
-{
-    int64_t pause = WEFT_MS;
-    for (;;) {
-        if (connect(fd, (const struct sockaddr *)sa, len) == 0)
-            return 0;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN)
-            return -errno;
-        int64_t now = weft_now();
-        if (deadline != WEFT_FOREVER && now >= deadline)
-            return weft__expired(deadline);
-        bool last = deadline != WEFT_FOREVER && deadline - now <= pause;
-        int rc = weft_sleep_until(last ? deadline : now + pause);
-        if (rc < 0)
-            return rc;
-        pause = pause >= 25 * WEFT_MS ? 50 * WEFT_MS : 2 * pause;
-    }
-}
-
 int weft_unix_connect(const char *path, int type, int64_t deadline)
 {
     int rc = weft__precheck(deadline);
@@ -465,7 +437,8 @@ int weft_unix_connect(const char *path, int type, int64_t deadline)
     int fd = weft_socket(AF_UNIX, type, 0);
     if (fd < 0)
         return fd;
-    if ((rc = unix_connect_fd(fd, &sa, len, deadline)) < 0) {
+    /* A full backlog is retried until the deadline (weft_connect). */
+    if ((rc = weft_connect(fd, (const struct sockaddr *)&sa, len, deadline)) < 0) {
         weft_close(fd);
         return rc;
     }

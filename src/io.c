@@ -499,6 +499,7 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
             return n == -EISCONN ? 0 : (int)n;
         /* fall through: finish the handshake by readiness */
     }
+    int64_t pause = WEFT_MS;
     for (;;) {
         if (connect(fd, addr, addrlen) == 0)
             return 0;
@@ -514,9 +515,19 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
                 return -errno;
             return err ? -err : 0;
         }
-        if (e == EAGAIN) { /* a full Unix socket backlog: wait and retry */
-            if ((rc = weft__io_wait(fd, WEFT_WRITABLE, deadline)) < 0)
+        if (e == EAGAIN) {
+            /* A Unix stream or seqpacket listener whose backlog is full:
+             * nothing can be waited for (the unconnected socket polls
+             * writable all along, and the kernel wakes only blocking
+             * connects when room appears), so try again after 1 ms,
+             * doubling to 50 ms, until the deadline. */
+            int64_t now = weft_now();
+            if (deadline != WEFT_FOREVER && now >= deadline)
+                return weft__expired(deadline);
+            bool last = deadline != WEFT_FOREVER && deadline - now <= pause;
+            if ((rc = weft_sleep_until(last ? deadline : now + pause)) < 0)
                 return rc;
+            pause = pause >= 25 * WEFT_MS ? 50 * WEFT_MS : 2 * pause;
             continue;
         }
         return -e;

@@ -487,12 +487,71 @@ static void unix_cancel(void)
     CHECK_EQ(weft_close(l), 0);
 }
 
+/* weft_connect() itself on a full Unix backlog (a program that makes its
+ * own socket): it used to wait for "writable", which an unconnected Unix
+ * socket always is (a busy loop on io_uring and poll) or which never comes
+ * again (epoll, edge-triggered: the connect never retried). It retries
+ * with a growing pause instead: few switches while it waits, and a connect
+ * that gets through once the listener accepts. */
+typedef struct conn_job {
+    const char *name;
+    int rc;
+} conn_job;
+
+static void *connect_fiber(void *arg)
+{
+    conn_job *j = arg;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(j->name));
+    memcpy(sa.sun_path + 1, j->name + 1, strlen(j->name) - 1); /* abstract */
+    int fd = weft_socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    j->rc = weft_connect(fd, (struct sockaddr *)&sa, len, weft_deadline_in(5000 * MS));
+    CHECK_EQ(weft_close(fd), 0);
+    return NULL;
+}
+
+static void connect_full_backlog(void)
+{
+    H_CASE("connect_full_backlog");
+    char abs[64];
+    snprintf(abs, sizeof abs, "@weft-t-dial-%d-connect", (int)getpid());
+    int l = weft_unix_listen(abs, SOCK_STREAM, 1, 0);
+    CHECK(l >= 0);
+    int held[8], nheld = 0, rc;
+    while ((rc = weft_unix_connect(abs, SOCK_STREAM, weft_deadline_in(20 * MS))) >= 0) {
+        CHECK(nheld < 8);
+        held[nheld++] = rc;
+    }
+    CHECK_EQ(rc, -ETIMEDOUT);
+    conn_job j = {abs, 99};
+    weft_stats_t st0, st1;
+    CHECK_EQ(weft_sched_stats(weft_sched_self(), &st0), 0);
+    weft_fiber_t f;
+    CHECK_EQ(weft_spawn(connect_fiber, &j, NULL, &f), 0);
+    CHECK_EQ(weft_sleep(100 * MS), 0);
+    CHECK_EQ(j.rc, 99); /* still waiting for room */
+    CHECK_EQ(weft_sched_stats(weft_sched_self(), &st1), 0);
+    /* Pauses of 1, 2, 4 ... 50 ms: about 8 retries in 100 ms, two
+     * switches each; a readiness wait would switch thousands of times. */
+    CHECK(st1.switches - st0.switches < 60);
+    int c = weft_accept(l, NULL, NULL, weft_deadline_in(1000 * MS));
+    CHECK(c >= 0);
+    CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(j.rc, 0);
+    CHECK_EQ(weft_close(c), 0);
+    for (int i = 0; i < nheld; i++)
+        CHECK_EQ(weft_close(held[i]), 0);
+    CHECK_EQ(weft_close(l), 0);
+}
+
 static void *body(void *arg)
 {
     (void)arg;
     by_name();
     unix_sockets();
     unix_cancel();
+    connect_full_backlog();
     race();
     return NULL;
 }
