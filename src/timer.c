@@ -13,7 +13,7 @@
  * per level). Four children per node halve the depth, and the four keys a
  * sift-down compares share one or two cache lines.
  *
- * Beside the heap, the runs (internal.h): timers armed in deadline order —
+ * Beside the heap, the runs (reactor.h): timers armed in deadline order —
  * the common case, the same timeout armed over and over — are appended to
  * a sorted array and disarmed by marking their entry, O(1) both; only a
  * timer that would sort before the last entry of every run (and finds no

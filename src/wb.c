@@ -15,7 +15,7 @@
  * every buffer has gone out or failed.
  *
  * Deadlines of fresh sends are kept outside the timers and plugged into
- * the reactor through its poll hook (weft__poll_hook, internal.h): see
+ * the reactor through its poll hook (weft__poll_hook, reactor.h): see
  * wb_note_fresh. The reactor knows nothing else of this file.
  */
 #include "io.h"
