@@ -122,9 +122,10 @@ one_run() { # N — sets $verdict, appends to results.tsv
   local n=$1 backend build gc conns pipeline load_ds when at_ms sig
   backend=$(pick "${backends[@]}"); build=$(pick "${builds[@]}")
   local r=$((RANDOM % 10))
-  gc=${gcs[0]}
-  if [ ${#gcs[@]} -gt 1 ]; then
-    if [ $r -lt 6 ] && [[ " ${gcs[*]} " == *" none "* ]]; then gc=none; else gc=$(pick "${gcs[@]}"); fi
+  if [ "${gcs[*]}" = "none stress compact" ]; then  # 60% none, 20% each other
+    if [ $r -lt 6 ]; then gc=none; elif [ $r -lt 8 ]; then gc=stress; else gc=compact; fi
+  else
+    gc=$(pick "${gcs[@]}")
   fi
   conns=$((20 + RANDOM % 181)); pipeline=$(pick 1 1 1 4)
   load_ds=$((5 + RANDOM % 26))                       # 0.5 .. 3.0 s
