@@ -325,11 +325,18 @@ void weft__reactor_post_node(weft__reactor *r, weft__post *p)
     r->post_tail = p;
     atomic_fetch_add(&r->posted, 1);
     pthread_mutex_unlock(&r->post_lock);
-    /* Only the first poster after a drain writes the eventfd. */
+    weft__reactor_wake(r);
+}
+
+void weft__reactor_wake(weft__reactor *r)
+{
+    /* Only the first waker after a drain writes the eventfd. */
     if (!atomic_exchange(&r->wake_pending, 1)) {
+        int saved = errno; /* a signal handler must leave errno as it was */
         uint64_t one = 1;
         while (write(r->wakefd, &one, sizeof one) < 0 && errno == EINTR)
             ;
+        errno = saved;
     }
 }
 

@@ -331,6 +331,10 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block);
 void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents);
 void weft__reactor_drain_posts(weft__reactor *r);
 int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg);
+/* Make a loop that sleeps in the backend's poll return, with nothing to
+ * run. Async-signal-safe (a lock-free atomic and write(2)): callable from
+ * a signal handler, or as Ruby's unblocking function declared so. */
+void weft__reactor_wake(weft__reactor *r);
 /* Post a caller-owned node (fn and arg set by the caller); never fails and
  * never allocates. The node must stay valid until p->fn runs, and must not
  * be posted again before then. Thread-safe. */

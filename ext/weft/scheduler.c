@@ -265,6 +265,23 @@ static rsched *get_raw(VALUE self)
 
 /* ---- fork ---------------------------------------------------------------- */
 
+/* A live reactor replaced by a new one of the same backend: the old one
+ * closed (@abandon: only our descriptors, as after fork) first. */
+static void remake_reactor(rsched *s, bool abandon, const char *what)
+{
+    if (!s->r_live)
+        return;
+    s->r_live = false;
+    if (abandon)
+        weft__reactor_abandon(&s->r);
+    else
+        weft__reactor_fini(&s->r);
+    int rc = weft__reactor_init(&s->r, s->backend);
+    if (rc < 0)
+        rb_syserr_fail(-rc, what);
+    s->r_live = true;
+}
+
 /* In a forked child: the inherited epoll set and eventfd are shared with
  * the parent, so drop them (closing only our copies) and start a fresh
  * reactor. Fibers that were waiting in the parent never run in the child:
@@ -284,16 +301,9 @@ static void fork_reset(rsched *s)
     }
     s->entered = s->lw_fiber = Qnil;
     pthread_mutex_init(&s->lock, NULL);
-    if (s->r_live) {
-        s->r_live = false;
-        /* Closes our copies of the ring/epoll set/eventfd without touching
-         * the parent's; the parent's in-flight state is not walked. */
-        weft__reactor_abandon(&s->r);
-        int rc = weft__reactor_init(&s->r, s->backend);
-        if (rc < 0)
-            rb_syserr_fail(-rc, "weft: reactor re-creation after fork");
-        s->r_live = true;
-    }
+    /* Abandon closes our copies of the ring/epoll set/eventfd without
+     * touching the parent's; the parent's in-flight state is not walked. */
+    remake_reactor(s, true, "weft: reactor re-creation after fork");
     s->running = false;
     s->loop_fiber = Qnil;
     s->sweep_timer.idx = WEFT__TIMER_IDLE; /* its heap was abandoned */
@@ -315,14 +325,7 @@ static void rebind(rsched *s, VALUE cur)
     if (s->bound || s->running || !weft__list_empty(&s->all) || (s->r_live && s->r.nwaits))
         rb_raise(rb_eThreadError,
                  "Weft::Scheduler used from a thread that does not own it");
-    if (s->r_live) {
-        s->r_live = false;
-        weft__reactor_fini(&s->r);
-        int rc = weft__reactor_init(&s->r, s->backend);
-        if (rc < 0)
-            rb_syserr_fail(-rc, "weft: reactor setup in the scheduler's thread");
-        s->r_live = true;
-    }
+    remake_reactor(s, false, "weft: reactor setup in the scheduler's thread");
     s->thread = cur;
 }
 
@@ -421,14 +424,17 @@ static void *poll_nogvl(void *p)
     return NULL;
 }
 
-static void noop_post(void *arg) { (void)arg; }
-
 /* Unblocking function: Thread#raise, signals, Thread#kill reach a loop
- * sleeping in the kernel through the reactor's wake-up channel. */
+ * sleeping in the kernel through the reactor's wake-up eventfd. It is
+ * async-signal-safe and says so (RB_NOGVL_UBF_ASYNC_SAFE): otherwise Ruby
+ * 3.1, in a process with one Ruby thread, starts a helper thread for every
+ * blocking poll (to call the function from a thread rather than from its
+ * signal handler), kills and joins it after, and leaks it when a trap
+ * raises on the way out (test_blocking_poll.rb). */
 static void poll_ubf(void *p)
 {
     rsched *s = p;
-    (void)weft__reactor_post(&s->r, noop_post, NULL);
+    weft__reactor_wake(&s->r);
 }
 
 static bool io_closed(VALUE io)
@@ -472,7 +478,7 @@ static void poll_blocking(rsched *s)
     (void)weft__reactor_run_once(&s->r, false);
     if (!weft__list_empty(&s->ready))
         return;
-    rb_thread_call_without_gvl(poll_nogvl, s, poll_ubf, s);
+    rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
     rb_thread_check_ints();
 }
 
@@ -1121,6 +1127,18 @@ static void reap_sync(rsched *s, weft__wait *w)
         (void)weft__reactor_run_once(&s->r, true);
 }
 
+/* Lock @buffer for an op that the kernel or a worker carries out, unless
+ * it already is; true when the caller must unlock it afterwards. */
+static bool lock_buffer(VALUE buffer)
+{
+    void *b;
+    size_t sz;
+    if (rb_io_buffer_get_bytes(buffer, &b, &sz) & RB_IO_BUFFER_LOCKED)
+        return false;
+    rb_io_buffer_lock(buffer);
+    return true;
+}
+
 /* Run @d as one ring op for the current fiber, waiting until @deadline.
  * Returns the op's result (bytes or -errno), or why the wait ended (e.g.
  * -ETIMEDOUT, -ECANCELED, -EBADF) if the op was cancelled (see
@@ -1129,13 +1147,7 @@ static void reap_sync(rsched *s, weft__wait *w)
 static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
                    int64_t deadline)
 {
-    void *b;
-    size_t sz;
-    bool locked = false;
-    if (!(rb_io_buffer_get_bytes(buffer, &b, &sz) & RB_IO_BUFFER_LOCKED)) {
-        rb_io_buffer_lock(buffer);
-        locked = true;
-    }
+    bool locked = lock_buffer(buffer);
     rwait rw;
     rw_begin(s, &rw, RW_IO);
     int state = 0;
@@ -1221,13 +1233,7 @@ static void fileop_run(void *p)
  * -errno. @buffer is locked meanwhile. */
 static ssize_t file_offload(rsched *s, VALUE buffer, struct fileop *f)
 {
-    void *b;
-    size_t sz;
-    bool locked = false;
-    if (!(rb_io_buffer_get_bytes(buffer, &b, &sz) & RB_IO_BUFFER_LOCKED)) {
-        rb_io_buffer_lock(buffer);
-        locked = true;
-    }
+    bool locked = lock_buffer(buffer);
     rwait rw;
     rw_begin(s, &rw, RW_IO);
     rw.w.nocancel = true;
