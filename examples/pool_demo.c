@@ -127,35 +127,6 @@ static ssize_t http_get(http_conn *h, const char *path, const char **body)
     return clen;
 }
 
-/* ---- the pool of database connections ---------------------------------- */
-static int db_create(void *ctx, void **out, int64_t deadline)
-{
-    (void)ctx;
-    char err[256];
-    wpg *c;
-    int rc = wpg_connect(&c, O.conninfo, deadline, err, sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, "pool_demo: database connection failed: %s\n", err);
-        return rc;
-    }
-    *out = c;
-    return 0;
-}
-
-static void db_destroy(void *ctx, void *res)
-{
-    (void)ctx;
-    wpg_close(res);
-}
-
-static int db_validate(void *ctx, void *res)
-{
-    (void)ctx;
-    return wpg_check(res);
-}
-
-static const weft_pool_ops_t db_ops = {db_create, db_destroy, db_validate};
-
 /* Store one item; a lost connection is replaced and the insert retried. */
 static int store(job_t *j, int id, const char *body, size_t len)
 {
@@ -251,7 +222,7 @@ static int run_job(job_t *j)
     weft_pool_opts_t po = {0};
     po.max_size = (size_t)O.pool_size;
     po.use_timeout = 10 * SEC;
-    int rc = weft_pool_create(&j->pool, &db_ops, NULL, &po);
+    int rc = weft_pool_create(&j->pool, &wpg_pool_ops, (void *)O.conninfo, &po);
     if (rc < 0)
         return rc;
     /* Clear this run's rows (one pooled connection, like everything). */

@@ -93,34 +93,6 @@ static void *echo_accept(void *arg)
 
 /* ---- the database pool ------------------------------------------------- */
 
-static int db_create(void *ctx, void **out, int64_t deadline)
-{
-    (void)ctx;
-    wpg *c;
-    char err[256];
-    int rc = wpg_connect(&c, G.conninfo, deadline, err, sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, "soak_server: database: %s\n", err);
-        return rc;
-    }
-    *out = c;
-    return 0;
-}
-
-static void db_destroy(void *ctx, void *res)
-{
-    (void)ctx;
-    wpg_close(res);
-}
-
-static int db_validate(void *ctx, void *res)
-{
-    (void)ctx;
-    return wpg_check(res);
-}
-
-static const weft_pool_ops_t db_ops = {db_create, db_destroy, db_validate};
-
 static int db_use(void *arg, weft_pool_lease_t *l)
 {
     unsigned long long n = *(unsigned long long *)arg;
@@ -284,7 +256,7 @@ int main(int argc, char **argv)
         po.idle_timeout = 2 * SEC;
         po.max_uses = 200;
         po.use_timeout = 5 * SEC;
-        if ((rc = weft_pool_create(&G.pool, &db_ops, NULL, &po)) < 0) {
+        if ((rc = weft_pool_create(&G.pool, &wpg_pool_ops, (void *)G.conninfo, &po)) < 0) {
             fprintf(stderr, "soak_server: pool: %s\n", strerror(-rc));
             return 1;
         }

@@ -318,3 +318,32 @@ void wpg_close(wpg *c)
     PQfinish(c->conn);
     free(c);
 }
+
+/* ---- pool callbacks ---------------------------------------------------- */
+
+static int pool_create(void *ctx, void **out, int64_t deadline)
+{
+    char err[256];
+    wpg *c;
+    int rc = wpg_connect(&c, ctx, deadline, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "database connection failed: %s\n", err);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+static void pool_destroy(void *ctx, void *res)
+{
+    (void)ctx;
+    wpg_close(res);
+}
+
+static int pool_validate(void *ctx, void *res)
+{
+    (void)ctx;
+    return wpg_check(res);
+}
+
+const weft_pool_ops_t wpg_pool_ops = {pool_create, pool_destroy, pool_validate};

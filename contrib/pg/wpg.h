@@ -25,6 +25,8 @@
 #ifndef WEFT_EXAMPLES_WPG_H
 #define WEFT_EXAMPLES_WPG_H
 
+#include "weft.h"
+
 #include <libpq-fe.h>
 #include <stdint.h>
 
@@ -75,5 +77,12 @@ int wpg_cancel(wpg *c, int64_t deadline);
  * gave up on it) is cancelled first, from a fiber: that waits for the
  * cancel request (at most 2 s). NULL is ignored. */
 void wpg_close(wpg *c);
+
+/* Callbacks for a weft_pool of connections: weft_pool_create(&p,
+ * &wpg_pool_ops, (void *)conninfo, &opts). create connects with the
+ * acquirer's deadline (a failure is printed to stderr with the server's
+ * message and its error returned), destroy is wpg_close(), validate is
+ * wpg_check(). */
+extern const weft_pool_ops_t wpg_pool_ops;
 
 #endif
