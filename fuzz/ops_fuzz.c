@@ -55,8 +55,8 @@
  *   backend); fuzz/README.md for longer runs on every backend.
  */
 #include "weft.h"
+#include "harness.h" /* test/c: h_fd_count() */
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -297,6 +297,18 @@ static void try_rule(int op, pre p, long rc, int64_t dl)
            op_names[op]);
 }
 
+/* After a blocking call: 1 when the precedence oracle decided its result
+ * (then nothing else applies); else check that no cancellation and, with
+ * @closed_at, no close of its descriptor came before its deadline unseen. */
+static int ended(pre p, const char *what, long rc, int64_t dl, int64_t closed_at)
+{
+    if (prechecked(p, rc, what))
+        return 1;
+    cancel_wakes(p, what, rc, dl);
+    woken_by(what, "its descriptor was closed", rc, closed_at, until(p, dl));
+    return 0;
+}
+
 /* ---- promises -------------------------------------------------------- */
 
 static void settled_cb(void *arg, int err, void *value)
@@ -517,9 +529,8 @@ static void exec(int w, insn in)
         R.joining[j]++;
         rc = weft_join(R.h[j], &res, dl);
         R.joining[j]--;
-        if (prechecked(p, rc, "join"))
+        if (ended(p, "join", rc, dl, 0))
             break;
-        cancel_wakes(p, "join", rc, dl);
         if (!was_joined && !was_detached && j != w && R.spawned[j])
             woken_by("join", "the fiber finished", rc, R.finished_at[j], until(p, dl));
         if (rc == 0) {
@@ -589,9 +600,8 @@ static void exec(int w, insn in)
     }
     case OP_LOCK:
         rc = weft_mutex_lock(&R.mu, dl);
-        if (prechecked(p, rc, "lock"))
+        if (ended(p, "lock", rc, dl, 0))
             break;
-        cancel_wakes(p, "lock", rc, dl);
         if (R.mu_owner == w)
             EXPECT(rc == -EDEADLK, "relock -> %ld", rc);
         else if (rc == 0)
@@ -649,9 +659,8 @@ static void exec(int w, insn in)
             }
         } else {
             rc = weft_sem_acquire(&R.sem, dl);
-            if (prechecked(p, rc, "sem_acquire"))
+            if (ended(p, "sem_acquire", rc, dl, 0))
                 break;
-            cancel_wakes(p, "sem_acquire", rc, dl);
             if (rc < 0) {
                 EXPECT(waited_out(rc), "sem_acquire -> %ld", rc);
                 break;
@@ -676,9 +685,8 @@ static void exec(int w, insn in)
         R.sending[c][w] = 1;
         rc = weft_chan_send(R.ch[c], &v, dl);
         R.sending[c][w] = 0;
-        if (prechecked(p, rc, "chan_send"))
+        if (ended(p, "chan_send", rc, dl, 0))
             break;
-        cancel_wakes(p, "chan_send", rc, dl);
         if (rc == 0)
             R.sent[c][w]++;
         else if (rc == -EPIPE)
@@ -691,9 +699,8 @@ static void exec(int w, insn in)
         int c = (a >> 2) & 1;
         uint32_t v = 0;
         rc = weft_chan_recv(R.ch[c], &v, dl);
-        if (prechecked(p, rc, "chan_recv"))
+        if (ended(p, "chan_recv", rc, dl, 0))
             break;
-        cancel_wakes(p, "chan_recv", rc, dl);
         if (rc == 0)
             received(c, w, v);
         else if (rc == -EPIPE)
@@ -717,9 +724,8 @@ static void exec(int w, insn in)
         R.sending[cs][w] = 1;
         rc = weft_chan_select(ops, 2, dl);
         R.sending[cs][w] = 0;
-        if (prechecked(p, rc, "chan_select"))
+        if (ended(p, "chan_select", rc, dl, 0))
             break;
-        cancel_wakes(p, "chan_select", rc, dl);
         if (rc < 0) {
             EXPECT(waited_out(rc), "select -> %ld", rc);
             break;
@@ -764,10 +770,8 @@ static void exec(int w, insn in)
         EXPECT(done <= len, "wrote %zu of %zu", done, len);
         R.p[pi].wctr += done;
         R.p[pi].busy[1] = 0;
-        if (prechecked(p, rc, "pipe write"))
+        if (ended(p, "pipe write", rc, dl, R.p[pi].closed_at[1]))
             break;
-        cancel_wakes(p, "pipe write", rc, dl);
-        woken_by("pipe write", "its descriptor was closed", rc, R.p[pi].closed_at[1], until(p, dl));
         if (rc == -EPIPE)
             EXPECT(!R.p[pi].open[0], "write -> -EPIPE with the read end open");
         else if (rc == -EBADF)
@@ -788,10 +792,8 @@ static void exec(int w, insn in)
             EXPECT((size_t)rc <= len, "read %ld of %zu", rc, len);
             check_bytes(pi, rbuf[w], (size_t)rc);
         }
-        if (prechecked(p, rc, "pipe read"))
+        if (ended(p, "pipe read", rc, dl, R.p[pi].closed_at[0]))
             break;
-        cancel_wakes(p, "pipe read", rc, dl);
-        woken_by("pipe read", "its descriptor was closed", rc, R.p[pi].closed_at[0], until(p, dl));
         if (rc == 0)
             EXPECT(!R.p[pi].open[1] && R.p[pi].rctr == R.p[pi].wctr,
                    "end of file with the write end %s, %llu of %llu bytes read",
@@ -808,10 +810,8 @@ static void exec(int w, insn in)
         if (!R.p[pi].open[end])
             break;
         rc = weft_wait_fd(R.p[pi].fd[end], end ? WEFT_WRITABLE : WEFT_READABLE, dl);
-        if (prechecked(p, rc, "wait_fd"))
+        if (ended(p, "wait_fd", rc, dl, R.p[pi].closed_at[end]))
             break;
-        cancel_wakes(p, "wait_fd", rc, dl);
-        woken_by("wait_fd", "its descriptor was closed", rc, R.p[pi].closed_at[end], until(p, dl));
         if (rc == -EBADF)
             EXPECT(!R.p[pi].open[end], "wait_fd -> -EBADF with the end open");
         else
@@ -851,9 +851,8 @@ static void exec(int w, insn in)
         int k = ((a >> 2) & 3) % NP;
         void *v = NULL;
         rc = weft_future_get(R.fu[k], &v, dl);
-        if (prechecked(p, rc, "future_get"))
+        if (ended(p, "future_get", rc, dl, 0))
             break;
-        cancel_wakes(p, "future_get", rc, dl);
         if (rc == 0)
             EXPECT(R.st[k].calls == 1 && !R.st[k].err && v == R.st[k].val,
                    "future_get -> 0, %p", v);
@@ -1039,19 +1038,6 @@ static void *driver(void *arg)
     return NULL;
 }
 
-static int fd_count(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1;
-}
-
 static void setup(const uint8_t *data, size_t size)
 {
     memset(&R, 0, sizeof R);
@@ -1091,7 +1077,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    int fds = fd_count();
+    int fds = h_fd_count();
     weft_sched_t *s;
     int rc = weft_sched_create(&s, NULL);
     EXPECT(rc == 0, "weft_sched_create -> %d", rc);
@@ -1110,6 +1096,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
            "posted %zu ops %zu",
            st.fibers, st.handles, st.timers, st.waits, st.fd_waits, st.posted, st.ops);
     EXPECT(weft_sched_destroy(s) == 0, "weft_sched_destroy");
-    EXPECT(fd_count() == fds, "descriptors: %d before the run, %d after", fds, fd_count());
+    EXPECT(h_fd_count() == fds, "descriptors: %d before the run, %d after", fds, h_fd_count());
     return 0;
 }
