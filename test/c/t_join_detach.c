@@ -11,47 +11,45 @@
 #include "harness.h"
 
 static weft_fiber_t target;
-static int detach_rc = 1;
+static int third_rc;
 
 static void *finish_at_once(void *arg) { return arg; }
 
 static void *detacher(void *arg)
 {
     (void)arg;
-    detach_rc = weft_detach(target);
+    third_rc = weft_detach(target);
     return NULL;
 }
 
-static int join2_rc = 1;
 static void *second_joiner(void *arg)
 {
     (void)arg;
-    join2_rc = weft_join(target, NULL, 0);
+    third_rc = weft_join(target, NULL, 0);
     return NULL;
+}
+
+/* We join a fiber that finishes at once; @third, started after it, runs
+ * after it has woken us and before we resume, and must get -EINVAL. */
+static void race(weft_fn_t third, void *value)
+{
+    weft_fiber_t d;
+    void *res = NULL;
+    third_rc = 1;
+    CHECK_EQ(weft_spawn(finish_at_once, value, NULL, &target), 0);
+    CHECK_EQ(weft_spawn(third, NULL, NULL, &d), 0);
+    CHECK_EQ(weft_join(target, &res, WEFT_FOREVER), 0);
+    CHECK(res == value);
+    CHECK_EQ(weft_join(d, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(third_rc, -EINVAL);
+    CHECK_EQ(weft_join(target, NULL, 0), -ESRCH); /* consumed by our join */
 }
 
 static void *body(void *arg)
 {
     (void)arg;
-    weft_fiber_t d;
-    void *res = NULL;
-    CHECK_EQ(weft_spawn(finish_at_once, (void *)0x5a, NULL, &target), 0);
-    CHECK_EQ(weft_spawn(detacher, NULL, NULL, &d), 0);
-    /* Blocks; target finishes and wakes us; the detacher runs before we
-     * resume. */
-    CHECK_EQ(weft_join(target, &res, WEFT_FOREVER), 0);
-    CHECK(res == (void *)0x5a);
-    CHECK_EQ(weft_join(d, NULL, WEFT_FOREVER), 0);
-    CHECK_EQ(detach_rc, -EINVAL);
-    CHECK_EQ(weft_join(target, NULL, 0), -ESRCH); /* consumed by our join */
-
-    /* The same with a second joiner in place of the detacher. */
-    CHECK_EQ(weft_spawn(finish_at_once, (void *)0x5b, NULL, &target), 0);
-    CHECK_EQ(weft_spawn(second_joiner, NULL, NULL, &d), 0);
-    CHECK_EQ(weft_join(target, &res, WEFT_FOREVER), 0);
-    CHECK(res == (void *)0x5b);
-    CHECK_EQ(weft_join(d, NULL, WEFT_FOREVER), 0);
-    CHECK_EQ(join2_rc, -EINVAL);
+    race(detacher, (void *)0x5a);
+    race(second_joiner, (void *)0x5b);
     return NULL;
 }
 

@@ -105,17 +105,27 @@ static int exchange(int fd, int64_t deadline)
     }
 }
 
+/* A connection counted as made, or -1 (counted as an error). */
+static int dial(const char *what, int64_t deadline)
+{
+    int fd = weft_tcp_connect(host, port, deadline);
+    if (fd < 0) {
+        fail(what, fd);
+        return -1;
+    }
+    G.connections++;
+    return fd;
+}
+
 static void *resident(void *arg)
 {
     (void)arg;
     int64_t deadline = weft_deadline_in(timeout_ns);
-    int fd = weft_tcp_connect(host, port, deadline);
+    int fd = dial("resident connect", deadline);
     if (fd < 0) {
-        fail("resident connect", fd);
         weft_waitgroup_done(&wg_phase);
         return NULL;
     }
-    G.connections++;
     int rc = exchange(fd, deadline);
     G.requests += rc == 0;
     weft_waitgroup_done(&wg_phase); /* connected and served once */
@@ -141,11 +151,8 @@ static void *client(void *arg)
 {
     (void)arg;
     int64_t deadline = weft_deadline_in(timeout_ns);
-    int fd = weft_tcp_connect(host, port, deadline);
-    if (fd < 0) {
-        fail("connect", fd);
-    } else {
-        G.connections++;
+    int fd = dial("connect", deadline);
+    if (fd >= 0) {
         int rc = 0;
         for (int i = 0; i < 2 && rc == 0; i++) {
             if (i > 0) /* hold the connection (and the server's descriptor) */
