@@ -20,9 +20,7 @@
 # Prints "[emfile] N passed, N failed"; appends "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "  ok    $1"; }
-bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && sed 's/^/        | /' "$2" | tail -n 20; }
+suite=emfile; . scripts/tally.sh
 tmp=$(mktemp -d /tmp/weft-emfile.XXXXXX)
 srv=""; sampler=""
 cleanup() {
@@ -36,9 +34,7 @@ lock=${WEFT_BENCH_LOCK:-/tmp/weft-bench.lock}
 
 if ! make -s -j"${WEFT_JOBS:-2}" build/examples/http_server build/tests/tool_http_flood \
      build/tests/tool_backend >"$tmp/build.log" 2>&1; then
-  bad "build http_server / tool_http_flood" "$tmp/build.log"
-  [ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
-  echo "[emfile] $pass passed, $fail failed"; exit 1
+  bad "build http_server / tool_http_flood" "$tmp/build.log"; finish
 fi
 rubies=()
 if command -v "${WEFT_RUBY:-ruby}" >/dev/null && extdir=$(bash scripts/ruby-ext.sh ${WEFT_RUBY:+"$WEFT_RUBY"} 2>"$tmp/ext.log"); then
@@ -131,6 +127,4 @@ for b in "${backends[@]}"; do
   done
 done
 
-[ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
-echo "[emfile] $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -14,16 +14,10 @@
 # Prints "[ext_replace] N passed, N failed"; appends "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "  ok    $1"; }
-bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && sed 's/^/        | /' "$2" | tail -n 20; }
+suite=ext_replace; . scripts/tally.sh
 tmp=$(mktemp -d /tmp/weft-ext-replace.XXXXXX)
 srv=""
 trap '[ -n "$srv" ] && kill -KILL "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
-finish() {
-  [ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
-  echo "[ext_replace] $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit
-}
 if ! make -s ruby build/examples/http_load >"$tmp/build.log" 2>&1 || [ ! -f lib/weft/weft.so ]; then
   bad "build (make ruby, http_load)" "$tmp/build.log"; finish
 fi

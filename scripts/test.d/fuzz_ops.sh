@@ -13,18 +13,11 @@
 # Prints "[fuzz_ops] N passed, N failed"; appends "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "  ok    $1"; }
-bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && grep -v '^#\|NEW_FUNC\|Uses:' "$2" | sed 's/^/        | /' | tail -n 40; }
+suite=fuzz_ops; tally_skip='^#|NEW_FUNC|Uses:'; tally_lines=40; . scripts/tally.sh
 tmp=$(mktemp -d /tmp/weft-fuzz-ops.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 secs=${WEFT_FUZZ_SECS:-60}
 bin=build/fuzz/ops_fuzz
-finish() {
-  [ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
-  echo "[fuzz_ops] $pass passed, $fail failed"
-  [ "$fail" -eq 0 ]; exit
-}
 
 # Build: the fuzzer with the library's sources, as the Ruby extension is
 # built (io_uring when liburing links).
