@@ -463,6 +463,16 @@ static void pipe_close(int pi, int end)
     R.p[pi].closed_at[end] = weft_now();
 }
 
+/* One reader and one writer at a time per pipe, so that the bytes each
+ * sees are checkable: 1 if the end is open and now ours. */
+static int claim(int pi, int end)
+{
+    if (!R.p[pi].open[end] || R.p[pi].busy[end])
+        return 0;
+    R.p[pi].busy[end] = 1;
+    return 1;
+}
+
 /* ---- one instruction -------------------------------------------------- */
 
 static void *worker(void *arg);
@@ -754,9 +764,8 @@ static void exec(int w, insn in)
     case OP_PWRITE: {
         int pi = (a >> 2) & 1;
         size_t len = plens[(a >> 3) & 3];
-        if (!R.p[pi].open[1] || R.p[pi].busy[1])
+        if (!claim(pi, 1))
             break;
-        R.p[pi].busy[1] = 1;
         fill(wbuf[w], len, R.p[pi].wctr);
         size_t done = 0;
         if (a & 0x20) {
@@ -783,9 +792,8 @@ static void exec(int w, insn in)
     case OP_PREAD: {
         int pi = (a >> 2) & 1;
         size_t len = plens[(a >> 3) & 3];
-        if (!R.p[pi].open[0] || R.p[pi].busy[0])
+        if (!claim(pi, 0))
             break;
-        R.p[pi].busy[0] = 1;
         rc = weft_read(R.p[pi].fd[0], rbuf[w], len, dl);
         R.p[pi].busy[0] = 0;
         if (rc > 0) {
