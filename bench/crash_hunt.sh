@@ -31,7 +31,7 @@
 # OUT/failed/N with the server's output, the parameters, the core and a
 # gdb backtrace of every thread.
 #
-#   bash bench/crash_hunt.sh                  # 1,000 runs, about an hour
+#   bash bench/crash_hunt.sh                  # 1,000 runs, about 1.5 hours
 #   bash bench/crash_hunt.sh --runs 20        # a short check that it works
 # Options: --runs N (1000), --seed S (the date), --out DIR
 # (build/crash-hunt), --backends "io_uring epoll poll", --builds "release
