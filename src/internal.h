@@ -37,10 +37,13 @@ typedef struct weft__ctx {
     ucontext_t uc;
 } weft__ctx;
 #elif defined(__x86_64__)
-/* (unused), rsp, rbx, rbp, r12-r15, then MXCSR (4 bytes) and x87 CW (2
- * bytes); the resume address is on top of the saved stack. */
+/* (unused), rsp, rbx, rbp, r12-r15, then MXCSR and the x87 control word
+ * (offsets 64 and 68); the resume address is on top of the saved stack. */
 typedef struct weft__ctx {
-    uint64_t r[9];
+    uint64_t r[8];
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    uint16_t unused;
 } weft__ctx;
 #else /* aarch64 */
 /* x19-x28, x29, x30, sp, d8-d15, fpcr */
@@ -51,10 +54,69 @@ typedef struct weft__ctx {
 
 /* Save the current context into @from and resume @to. */
 void weft__ctx_switch(weft__ctx *from, weft__ctx *to);
+/* Resume @to without saving the current context, which is never resumed
+ * again (a finished fiber leaving its stack). Call it through
+ * weft__ctx_exit. */
+_Noreturn void weft__ctx_jump(weft__ctx *to);
+/* weft__ctx_jump(@to), entered on x86-64 by a jump rather than a call,
+ * which would push a return stack entry that nothing takes (see
+ * arch/ctx_x86_64.S). */
+static inline _Noreturn void weft__ctx_exit(weft__ctx *to)
+{
+#if defined(__x86_64__) && !defined(WEFT_CTX_UCONTEXT)
+    __asm__ volatile("jmp weft__ctx_jump" : : "D"(to) : "memory");
+    __builtin_unreachable();
+#else
+    weft__ctx_jump(to);
+#endif
+}
 /* Prepare @c to call @entry(@arg) on the stack [@lo, @lo + @size). @entry
- * must never return. */
+ * must never return. The new context starts with the caller's
+ * floating-point control state (MXCSR and x87 control word, FPCR), as a
+ * new thread inherits its creator's. Inline for the assembly switch (it
+ * is on the spawn path), in arch/ctx.c for ucontext. */
+#ifdef WEFT_CTX_UCONTEXT
 void weft__ctx_make(weft__ctx *c, void *lo, size_t size,
                     void (*entry)(void *), void *arg);
+#else
+/* First code run on a new stack (arch/ctx_*.S): calls entry(arg). */
+void weft__ctx_trampoline(void);
+static inline void weft__ctx_make(weft__ctx *c, void *lo, size_t size,
+                                  void (*entry)(void *), void *arg)
+{
+    uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;
+#if defined(__x86_64__)
+    /* The switch resumes a context with `ret` (or pop + jmp): the first
+     * one takes the trampoline's address and leaves rsp 16-byte aligned.
+     * The control registers go straight into the context: through a
+     * temporary on the stack, the load back could wait behind the stores
+     * that just zeroed the fiber record (the same page offset: 4 KiB
+     * aliasing). */
+    top -= 8;
+    *(uint64_t *)top = (uint64_t)(uintptr_t)weft__ctx_trampoline;
+    c->r[0] = 0;
+    c->r[1] = top;
+    c->r[2] = 0;                               /* rbx */
+    c->r[3] = 0;                               /* rbp: ends frame chains */
+    c->r[4] = (uint64_t)(uintptr_t)entry;      /* r12 */
+    c->r[5] = (uint64_t)(uintptr_t)arg;        /* r13 */
+    c->r[6] = 0;
+    c->r[7] = 0;
+    c->unused = 0;
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(c->mxcsr), "=m"(c->fpucw));
+#else /* aarch64 */
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    for (int i = 0; i < 22; i++)
+        c->r[i] = 0;
+    c->r[0] = (uint64_t)(uintptr_t)entry;                 /* x19 */
+    c->r[1] = (uint64_t)(uintptr_t)arg;                   /* x20 */
+    c->r[11] = (uint64_t)(uintptr_t)weft__ctx_trampoline; /* x30 */
+    c->r[12] = top;                                       /* sp  */
+    c->r[21] = fpcr;
+#endif
+}
+#endif
 
 
 /* ------------------------------------------------------------------ */
@@ -63,16 +125,20 @@ void weft__ctx_make(weft__ctx *c, void *lo, size_t size,
 typedef struct weft__stack {
     char *base;        /* start of the mapping (guard page first)       */
     size_t map_size;   /* whole mapping                                 */
-    size_t guard;      /* bytes of guard at base (0 = none)             */
+    uint32_t guard;    /* bytes of guard at base (0 = none)             */
     unsigned vg_id;    /* Valgrind stack id                             */
+    struct weft__stack *next; /* while cached: the next cached stack    */
 } weft__stack;
 
+/* Free stacks of one size, last in first out. A cached stack's descriptor
+ * lies inside that stack (in a finished fiber's record, in its top page),
+ * so caching needs no memory of its own and cannot fail. */
 typedef struct weft__stack_cache {
-    weft__stack *items;
-    size_t n, cap;
-    size_t limit;         /* max cached                                */
-    size_t map_size;      /* only stacks of this size are cached       */
-    size_t unguarded;     /* stacks made without a guard               */
+    weft__stack *head;    /* most recently cached stack, or NULL        */
+    size_t n;             /* stacks cached                              */
+    size_t limit;         /* max cached                                 */
+    size_t map_size;      /* only stacks of this size are cached        */
+    size_t unguarded;     /* stacks made without a guard                */
 } weft__stack_cache;
 
 size_t weft__page_size(void);
@@ -81,9 +147,48 @@ size_t weft__page_size(void);
  * lands in the guard instead of jumping it into the neighbouring stack.
  * With MADV_GUARD_INSTALL a guard costs neither memory nor a VMA. */
 size_t weft__guard_size(void);
-int weft__stack_get(weft__stack_cache *c, size_t map_size, weft__stack *out);
+/* Map a new stack of @map_size bytes, guard included (see also
+ * weft__stack_pop below). */
+int weft__stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out);
+/* Release @st: cache it if weft__stack_cacheable, else unmap it. @st must
+ * lie inside the stack it describes, and nothing may run on that stack
+ * any more. */
 void weft__stack_put(weft__stack_cache *c, weft__stack *st);
 void weft__stack_cache_fini(weft__stack_cache *c);
+
+/* Take a cached stack of @map_size bytes: its descriptor, which lies in
+ * the stack (the caller copies it out before writing there), or NULL when
+ * none is cached (then weft__stack_map). */
+static inline weft__stack *weft__stack_pop(weft__stack_cache *c, size_t map_size)
+{
+    weft__stack *st = c->head;
+    if (WEFT_LIKELY(st != NULL && map_size == c->map_size)) {
+        c->head = st->next;
+        c->n--;
+        __builtin_prefetch(c->head, 1); /* the next spawn's: its record's
+                                         * line and TLB entry */
+        return st;
+    }
+    return NULL;
+}
+
+/* Would weft__stack_keep take @st (right size, room in the cache)? */
+static inline bool weft__stack_cacheable(const weft__stack_cache *c,
+                                         const weft__stack *st)
+{
+    return st->map_size == c->map_size && c->n < c->limit;
+}
+
+/* Cache @st, which lies inside the stack it describes (see
+ * weft__stack_put). Only when weft__stack_cacheable. A fiber finishing on
+ * that very stack may call it before it leaves: nothing takes the stack
+ * until that fiber has switched away. */
+static inline void weft__stack_keep(weft__stack_cache *c, weft__stack *st)
+{
+    st->next = c->head;
+    c->head = st;
+    c->n++;
+}
 
 
 /* ------------------------------------------------------------------ */
@@ -171,6 +276,9 @@ struct weft_sched {
 #ifdef WEFT_ASAN
     const void *main_stack_lo;
     size_t main_stack_size;
+#endif
+#ifdef WEFT_VALGRIND
+    bool on_valgrind;         /* RUNNING_ON_VALGRIND, asked once          */
 #endif
 };
 

@@ -82,15 +82,16 @@ void weft__fiber_wake(weft__wait *w)
 
 /* ---- switching ---------------------------------------------------------- */
 
+/* The stack of a fiber that finished and could not cache it itself (see
+ * fiber_finish): released by the next context, off that stack. */
 static void release_zombie(weft_sched_t *s)
 {
     weft__fiber *z = s->zombie;
-    weft__stack st = z->stack;
     s->zombie = NULL;
 #ifdef WEFT_TSAN
     __tsan_destroy_fiber(z->tsan_fiber);
 #endif
-    weft__stack_put(&s->stacks, &st);
+    weft__stack_put(&s->stacks, &z->stack);
 }
 
 static inline void after_switch(weft_sched_t *s, weft__fiber *self)
@@ -119,14 +120,37 @@ static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to
         lo = to->stack.base + to->stack.guard;
         size = to->stack.map_size - to->stack.guard;
     }
-    __sanitizer_start_switch_fiber(
-        from->state == WEFT__F_DEAD ? NULL : &from->asan_fake, lo, size);
+    __sanitizer_start_switch_fiber(&from->asan_fake, lo, size);
 #endif
 #ifdef WEFT_TSAN
     __tsan_switch_to_fiber(to->tsan_fiber, 0);
 #endif
     weft__ctx_switch(&from->ctx, &to->ctx);
     after_switch(s, from);
+}
+
+/* The last switch of a finished fiber: its context is not saved. */
+static _Noreturn void exit_switch(weft_sched_t *s, weft__fiber *to)
+{
+    s->current = to;
+    to->state = WEFT__F_RUNNING;
+    s->switches++;
+#ifdef WEFT_ASAN
+    const void *lo;
+    size_t size;
+    if (to->is_main) {
+        lo = s->main_stack_lo;
+        size = s->main_stack_size;
+    } else {
+        lo = to->stack.base + to->stack.guard;
+        size = to->stack.map_size - to->stack.guard;
+    }
+    __sanitizer_start_switch_fiber(NULL, lo, size);
+#endif
+#ifdef WEFT_TSAN
+    __tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+    weft__ctx_exit(&to->ctx);
 }
 
 /* The next context to run after the current fiber stops running. */
@@ -335,10 +359,17 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
         weft__wait_complete(f->joiner, 0);
     s->live--;
     f->state = WEFT__F_DEAD;
-    s->zombie = f;
     weft__fiber *n = next_to_run(s);
-    do_switch(s, f, n);
-    __builtin_unreachable();
+    /* Cache the stack now, from its own record: nothing can take it
+     * before we have left it. Otherwise (an odd size, a full cache: to be
+     * unmapped; a TSan fiber to destroy) the next context releases it. */
+#ifndef WEFT_TSAN
+    if (WEFT_LIKELY(weft__stack_cacheable(&s->stacks, &f->stack)))
+        weft__stack_keep(&s->stacks, &f->stack);
+    else
+#endif
+        s->zombie = f;
+    exit_switch(s, n);
 }
 
 static void fiber_entry(void *p)
@@ -357,12 +388,20 @@ static void fiber_entry(void *p)
  * hottest line) and 32 pages from the next (a stride that reaches only a
  * quarter of a 128-set TLB). A spare page in each mapping makes the stride
  * odd, and the fiber record, with the frames below it, starts up to 2 KiB
- * below the top in 64-byte steps that cycle with each spawn: within the
- * top page, so a parked fiber still touches one page. The usable stack is
- * at least what was asked for.
+ * below the top in 64-byte steps: within the top page, so a parked fiber
+ * still touches one page. The step is the stack's color, a hash of its
+ * address: fixed for the stack, so a fiber spawned on a cached stack puts
+ * its record and first frames on the lines its predecessor used, still in
+ * cache (a color that cycled with each spawn made every reuse touch new
+ * lines). The usable stack is at least what was asked for.
  */
-#define STACK_COLORS 32
+#define STACK_COLOR_BITS 5 /* 32 colors */
 #define STACK_COLOR_STEP 64
+static inline size_t stack_color(const char *base)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)base >> 12) * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(h >> (64 - STACK_COLOR_BITS));
+}
 static size_t stack_map_size(size_t usable)
 {
     return usable + weft__page_size() + weft__guard_size();
@@ -373,38 +412,53 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
 {
     if (!fn)
         return -EINVAL;
-    weft_sched_t *s = weft_sched_self();
-    if (!s)
+    weft_sched_t *s = weft__tls_sched;
+    if (WEFT_UNLIKELY(!s) && !(s = weft_sched_self()))
         return -ENOMEM;
-    size_t page = weft__page_size();
-    size_t want = opts && opts->stack_size ? opts->stack_size : s->default_stack;
-    if (want < MIN_STACK || want > MAX_STACK)
-        return -EINVAL;
-    want = (want + page - 1) & ~(page - 1);
+    size_t map_size = s->stacks.map_size; /* the default size's */
+    if (opts && opts->stack_size) {
+        size_t page = weft__page_size(), want = opts->stack_size;
+        if (want < MIN_STACK || want > MAX_STACK)
+            return -EINVAL;
+        map_size = stack_map_size((want + page - 1) & ~(page - 1));
+    }
 
     uint32_t idx;
     int rc = slot_alloc(s, &idx);
     if (rc < 0)
         return rc;
-    weft__stack st;
-    rc = weft__stack_get(&s->stacks, stack_map_size(want), &st);
-    if (rc < 0) {
-        s->slots[idx].state = SLOT_LIVE; /* so slot_free keeps counts right */
-        s->handles++;
-        slot_free(s, idx);
-        return rc;
+    /* The stack's descriptor in scalars: a cached one lies where the
+     * record is about to be written, and a struct copy went through the
+     * stack (a load after the record's stores, at the same page offset). */
+    weft__stack *cached = weft__stack_pop(&s->stacks, map_size), st;
+    if (WEFT_UNLIKELY(!cached)) {
+        rc = weft__stack_map(&s->stacks, map_size, &st);
+        if (rc < 0) {
+            s->slots[idx].state = SLOT_LIVE; /* so slot_free keeps counts right */
+            s->handles++;
+            slot_free(s, idx);
+            return rc;
+        }
+        cached = &st;
     }
+    char *base = cached->base;
+    map_size = cached->map_size;
+    uint32_t guard = cached->guard;
+    unsigned vg_id = cached->vg_id;
+    char *lo = base + guard;
 #ifdef WEFT_ASAN
-    __asan_unpoison_memory_region(st.base + st.guard, st.map_size - st.guard);
+    __asan_unpoison_memory_region(lo, map_size - guard);
 #endif
     size_t fsz = (sizeof(weft__fiber) + 63) & ~(size_t)63;
-    weft__fiber *f = (weft__fiber *)(st.base + st.map_size - fsz -
-                                     STACK_COLOR_STEP * (s->spawned % STACK_COLORS));
+    weft__fiber *f = (weft__fiber *)(base + map_size - fsz -
+                                     STACK_COLOR_STEP * stack_color(base));
 #ifdef WEFT_VALGRIND
     /* A cached stack: the record (and the first frame below it) may now
      * lie where the previous fiber's frames were, below the stack pointer
-     * Valgrind last saw there. The whole stack is fresh. */
-    VALGRIND_MAKE_MEM_UNDEFINED(st.base + st.guard, st.map_size - st.guard);
+     * Valgrind last saw there. The whole stack is fresh. (The request is
+     * a dozen instructions even natively: made only under Valgrind.) */
+    if (WEFT_UNLIKELY(s->on_valgrind))
+        VALGRIND_MAKE_MEM_UNDEFINED(lo, map_size - guard);
 #endif
     /* Zero the (64-byte aligned) block with vector stores: gcc turns a
      * memset of this size into `rep stos`, whose start-up cost made a
@@ -416,9 +470,11 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
     f->sched = s;
     f->fn = fn;
     f->arg = arg;
-    f->stack = st;
+    f->stack.base = base;
+    f->stack.map_size = map_size;
+    f->stack.guard = guard;
+    f->stack.vg_id = vg_id;
     f->slot = idx;
-    char *lo = st.base + st.guard;
     weft__ctx_make(&f->ctx, lo, (size_t)((char *)f - lo), fiber_entry, f);
 #ifdef WEFT_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
@@ -573,10 +629,10 @@ int weft_cancelled(void)
 
 int weft_join(weft_fiber_t h, void **result, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    weft_sched_t *s = weft__tls_sched;
+    int rc = precheck(s, deadline);
     if (rc < 0)
         return rc;
-    weft_sched_t *s = weft__tls_sched;
     weft__slot *sl = slot_lookup(s, h);
     if (!sl)
         return -ESRCH;
@@ -598,7 +654,8 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
         f->joiner = &w;
         sl->joining = 1; /* until we resume, even if it finishes first */
         rc = weft__block(&w);
-        sl = slot_lookup(s, h); /* the table may have moved */
+        /* The table may have moved; the slot is still ours (joining). */
+        sl = &s->slots[(uint32_t)h.id - 1];
         sl->joining = 0;
         if (rc < 0) {
             if (sl->fiber && sl->fiber->joiner == &w)
@@ -675,6 +732,9 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     s->main.state = WEFT__F_RUNNING;
     s->main.sched = s;
     s->current = &s->main;
+#ifdef WEFT_VALGRIND
+    s->on_valgrind = RUNNING_ON_VALGRIND != 0;
+#endif
     int rc = weft__reactor_init(&s->r, o.backend);
     if (rc < 0) {
         free(s);

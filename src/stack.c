@@ -7,6 +7,11 @@
  * million stacks do not hit vm.max_map_count. On older kernels mprotect()
  * is used; once that fails (the map count is exhausted) stacks are made
  * without a guard and counted in weft_stats_t.stacks_unguarded.
+ *
+ * Free stacks of the scheduler's default size are cached (internal.h:
+ * weft__stack_get/keep, inline for the spawn path): a list threaded
+ * through the stacks themselves, each descriptor in its finished fiber's
+ * record.
  */
 #include "internal.h"
 
@@ -83,7 +88,7 @@ static bool page_faults(const void *p)
     return faults;
 }
 
-static void install_guard(weft__stack_cache *c, weft__stack *st, size_t guard)
+static void install_guard(weft__stack_cache *c, weft__stack *st, uint32_t guard)
 {
     int mode = atomic_load(&guard_mode);
     if (mode != 2) {
@@ -106,7 +111,7 @@ static void install_guard(weft__stack_cache *c, weft__stack *st, size_t guard)
         c->unguarded++;
 }
 
-static int stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
+int weft__stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
 {
     void *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
@@ -116,9 +121,11 @@ static int stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
     out->base = p;
     out->map_size = map_size;
     out->guard = 0;
+    out->vg_id = 0;
+    out->next = NULL;
     if (need_nohugepage())
         (void)madvise(p, map_size, MADV_NOHUGEPAGE);
-    install_guard(c, out, weft__guard_size());
+    install_guard(c, out, (uint32_t)weft__guard_size());
 #ifdef WEFT_VALGRIND
     out->vg_id = VALGRIND_STACK_REGISTER(out->base + out->guard,
                                          out->base + map_size);
@@ -128,48 +135,29 @@ static int stack_map(weft__stack_cache *c, size_t map_size, weft__stack *out)
 
 static void stack_unmap(weft__stack *st)
 {
+    /* @st may lie inside the mapping: read it before unmapping. */
+    char *base = st->base;
+    size_t size = st->map_size;
 #ifdef WEFT_VALGRIND
     VALGRIND_STACK_DEREGISTER(st->vg_id);
 #endif
-    munmap(st->base, st->map_size);
-    st->base = NULL;
-}
-
-int weft__stack_get(weft__stack_cache *c, size_t map_size, weft__stack *out)
-{
-    if (map_size == c->map_size && c->n) {
-        *out = c->items[--c->n];
-        return 0;
-    }
-    return stack_map(c, map_size, out);
+    munmap(base, size);
 }
 
 void weft__stack_put(weft__stack_cache *c, weft__stack *st)
 {
-    if (st->map_size == c->map_size && c->n < c->limit) {
-        if (c->n == c->cap) {
-            size_t ncap = c->cap ? c->cap * 2 : 64;
-            if (ncap > c->limit)
-                ncap = c->limit;
-            weft__stack *ni = realloc(c->items, ncap * sizeof *ni);
-            if (ni) {
-                c->items = ni;
-                c->cap = ncap;
-            }
-        }
-        if (c->n < c->cap) {
-            c->items[c->n++] = *st;
-            return;
-        }
-    }
-    stack_unmap(st);
+    if (weft__stack_cacheable(c, st))
+        weft__stack_keep(c, st);
+    else
+        stack_unmap(st);
 }
 
 void weft__stack_cache_fini(weft__stack_cache *c)
 {
-    while (c->n)
-        stack_unmap(&c->items[--c->n]);
-    free(c->items);
-    c->items = NULL;
-    c->cap = 0;
+    while (c->head) {
+        weft__stack *st = c->head;
+        c->head = st->next;
+        stack_unmap(st);
+    }
+    c->n = 0;
 }

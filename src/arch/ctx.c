@@ -1,7 +1,8 @@
 /*
- * ctx.c — building a new context for the assembly switch, or the ucontext
- * fallback on architectures without one (and when WEFT_CTX_UCONTEXT is
- * defined, so the fallback is tested on x86-64 too).
+ * ctx.c — the ucontext fallback, on architectures without an assembly
+ * switch (and when WEFT_CTX_UCONTEXT is defined, so the fallback is tested
+ * on x86-64 too). With the assembly switch (ctx_x86_64.S, ctx_aarch64.S)
+ * a new context is made inline (internal.h: weft__ctx_make).
  */
 #include "../internal.h"
 
@@ -39,38 +40,10 @@ void weft__ctx_switch(weft__ctx *from, weft__ctx *to)
     swapcontext(&from->uc, &to->uc);
 }
 
-#else
-
-extern void weft__ctx_trampoline(void);
-
-void weft__ctx_make(weft__ctx *c, void *lo, size_t size,
-                    void (*entry)(void *), void *arg)
+void weft__ctx_jump(weft__ctx *to)
 {
-    uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;
-    memset(c, 0, sizeof *c);
-#if defined(__x86_64__)
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
-    /* The switch resumes a context with `ret`: the first one pops the
-     * trampoline's address and leaves rsp 16-byte aligned. */
-    top -= 8;
-    *(uint64_t *)top = (uint64_t)(uintptr_t)weft__ctx_trampoline;
-    c->r[1] = top;
-    c->r[4] = (uint64_t)(uintptr_t)entry; /* r12 */
-    c->r[5] = (uint64_t)(uintptr_t)arg;   /* r13 */
-    memcpy((char *)c->r + 64, &mxcsr, 4);
-    memcpy((char *)c->r + 68, &fpucw, 2);
-#else /* aarch64 */
-    uint64_t fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-    c->r[0] = (uint64_t)(uintptr_t)entry; /* x19 */
-    c->r[1] = (uint64_t)(uintptr_t)arg;   /* x20 */
-    c->r[11] = (uint64_t)(uintptr_t)weft__ctx_trampoline; /* x30 */
-    c->r[12] = top;                                        /* sp  */
-    c->r[21] = fpcr;
-#endif
+    setcontext(&to->uc);
+    __builtin_trap();
 }
 
 #endif

@@ -48,6 +48,34 @@ weft__ctx_switch:
     ret
     .size   weft__ctx_switch, .-weft__ctx_switch
 
+/* weft__ctx_jump(to): the loading half of the switch alone, for a
+ * context that is never resumed (a finished fiber): nothing is saved. */
+    .globl  weft__ctx_jump
+    .hidden weft__ctx_jump
+    .type   weft__ctx_jump, %function
+    .p2align 4
+weft__ctx_jump:
+    ldp     x19, x20, [x0, #0]
+    ldp     x21, x22, [x0, #16]
+    ldp     x23, x24, [x0, #32]
+    ldp     x25, x26, [x0, #48]
+    ldp     x27, x28, [x0, #64]
+    ldp     x29, x30, [x0, #80]
+    ldr     x9,       [x0, #96]
+    mov     sp, x9
+    ldp     d8,  d9,  [x0, #104]
+    ldp     d10, d11, [x0, #120]
+    ldp     d12, d13, [x0, #136]
+    ldp     d14, d15, [x0, #152]
+    ldr     x10,      [x0, #168]
+    mrs     x11, fpcr
+    cmp     x10, x11
+    b.eq    1f
+    msr     fpcr, x10
+1:
+    ret
+    .size   weft__ctx_jump, .-weft__ctx_jump
+
 /* First code on a new stack: x19 = entry, x20 = argument. */
     .globl  weft__ctx_trampoline
     .hidden weft__ctx_trampoline
