@@ -233,11 +233,15 @@ struct weft__fiber {
 #endif
 };
 
+/* One per handle (16 bytes: with a million fibers, one of the few things
+ * a parked fiber has outside its stack page). */
 typedef struct weft__slot {
-    weft__fiber *fiber;       /* NULL once finished                        */
-    void *result;
+    union {
+        weft__fiber *fiber;   /* live or detached: the running fiber     */
+        void *result;         /* finished: what it returned              */
+        uint32_t next_free;   /* free: free list link                    */
+    } u;
     uint32_t gen;
-    uint32_t next_free;       /* free list link                            */
     uint8_t state;            /* 0 free, 1 live, 2 finished, 3 detached    */
     uint8_t joining;          /* a fiber waits in weft_join() for this one:
                                  from its join until it has resumed (the

@@ -218,6 +218,12 @@ static inline weft_fiber_t handle_of(weft_sched_t *s, uint32_t idx)
     return (weft_fiber_t){((uint64_t)s->slots[idx].gen << 32) | (idx + 1)};
 }
 
+/* The fiber of a live or detached slot; NULL once it has finished. */
+static inline weft__fiber *slot_fiber(const weft__slot *sl)
+{
+    return sl->state == SLOT_LIVE || sl->state == SLOT_DETACHED ? sl->u.fiber : NULL;
+}
+
 static weft__slot *slot_lookup(weft_sched_t *s, weft_fiber_t h)
 {
     if (!s)
@@ -236,7 +242,7 @@ static int slot_alloc(weft_sched_t *s, uint32_t *out)
 {
     if (s->free_slot != UINT32_MAX) {
         *out = s->free_slot;
-        s->free_slot = s->slots[*out].next_free;
+        s->free_slot = s->slots[*out].u.next_free;
         return 0;
     }
     if (s->nslots == s->slot_cap) {
@@ -261,11 +267,9 @@ static void slot_free(weft_sched_t *s, uint32_t idx)
     if (sl->state == SLOT_LIVE || sl->state == SLOT_FINISHED)
         s->handles--;
     sl->state = SLOT_FREE;
-    sl->fiber = NULL;
-    sl->result = NULL;
     if (++sl->gen == 0)
         sl->gen = 1;
-    sl->next_free = s->free_slot;
+    sl->u.next_free = s->free_slot;
     s->free_slot = idx;
 }
 
@@ -352,8 +356,7 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
         slot_free(s, f->slot);
     } else {
         sl->state = SLOT_FINISHED;
-        sl->result = res;
-        sl->fiber = NULL;
+        sl->u.result = res;
     }
     if (f->joiner)
         weft__wait_complete(f->joiner, 0);
@@ -480,8 +483,7 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
     weft__slot *sl = &s->slots[idx];
-    sl->fiber = f;
-    sl->result = NULL;
+    sl->u.fiber = f;
     sl->state = out ? SLOT_LIVE : SLOT_DETACHED;
     if (out) {
         s->handles++;
@@ -565,9 +567,9 @@ int weft_park(int64_t deadline)
 static int unpark_local(weft_sched_t *s, weft_fiber_t h)
 {
     weft__slot *sl = slot_lookup(s, h);
-    if (!sl || !sl->fiber)
+    weft__fiber *f = sl ? slot_fiber(sl) : NULL;
+    if (!f)
         return -ESRCH;
-    weft__fiber *f = sl->fiber;
     if (f->state == WEFT__F_BLOCKED && f->parked && f->wait)
         weft__wait_complete(f->wait, 0);
     else
@@ -612,7 +614,7 @@ int weft_cancel(weft_fiber_t h)
     weft__slot *sl = slot_lookup(s, h);
     if (!sl)
         return -ESRCH;
-    weft__fiber *f = sl->fiber;
+    weft__fiber *f = slot_fiber(sl);
     if (!f)
         return 0; /* finished */
     f->cancelled = 1;
@@ -638,12 +640,12 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
         return -ESRCH;
     if (sl->state == SLOT_DETACHED)
         return -EINVAL;
-    if (sl->fiber == s->current)
+    if (slot_fiber(sl) == s->current)
         return -EDEADLK;
     if (sl->joining)
         return -EINVAL; /* another fiber is joining it */
     if (sl->state == SLOT_LIVE) {
-        weft__fiber *f = sl->fiber;
+        weft__fiber *f = sl->u.fiber;
         weft__wait w;
         weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
         rc = weft__wait_arm_deadline(&w, deadline);
@@ -658,13 +660,13 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
         sl = &s->slots[(uint32_t)h.id - 1];
         sl->joining = 0;
         if (rc < 0) {
-            if (sl->fiber && sl->fiber->joiner == &w)
-                sl->fiber->joiner = NULL;
+            if (sl->state == SLOT_LIVE && sl->u.fiber->joiner == &w)
+                sl->u.fiber->joiner = NULL;
             return rc;
         }
     }
     if (result)
-        *result = sl->result;
+        *result = sl->u.result;
     slot_free(s, (uint32_t)h.id - 1);
     return 0;
 }
@@ -875,7 +877,7 @@ int weft_run(weft_fn_t fn, void *arg, void **result)
     weft__slot *sl = slot_lookup(s, h);
     if (sl && sl->state == SLOT_FINISHED) {
         if (result)
-            *result = sl->result;
+            *result = sl->u.result;
         slot_free(s, (uint32_t)h.id - 1);
     }
     return 0;
