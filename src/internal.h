@@ -291,8 +291,14 @@ struct weft_sched {
 #define WEFT__POLL_TICKS 64
 
 /* This thread's scheduler (NULL if none). Inline: read on every I/O call.
- * Hidden, so a program linking libweft.a reads it with one instruction. */
-extern __thread weft_sched_t *weft__tls_sched __attribute__((visibility("hidden")));
+ * Hidden and initial-exec: read from the thread pointer, with no call to
+ * __tls_get_addr in the objects (the -fPIC default, general dynamic,
+ * compiles each read as a call: the linker turns it into a load in a
+ * program, but the code around it still saved registers for the call).
+ * libweft.so needs 8 bytes of static TLS, which dlopen finds in glibc's
+ * reserve. */
+extern __thread weft_sched_t *weft__tls_sched
+    __attribute__((visibility("hidden"), tls_model("initial-exec")));
 static inline weft_sched_t *weft__sched_tls(void) { return weft__tls_sched; }
 weft__fiber *weft__current(void); /* NULL outside fibers */
 /* Block the current fiber in @w until it completes; returns w->result.

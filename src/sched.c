@@ -35,7 +35,7 @@
 
 enum { SLOT_FREE = 0, SLOT_LIVE = 1, SLOT_FINISHED = 2, SLOT_DETACHED = 3 };
 
-__thread weft_sched_t *weft__tls_sched;
+__thread weft_sched_t *weft__tls_sched __attribute__((tls_model("initial-exec")));
 
 weft__fiber *weft__current(void)
 {
@@ -363,6 +363,12 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
     s->live--;
     f->state = WEFT__F_DEAD;
     weft__fiber *n = next_to_run(s);
+    /* Fibers that finish one after another are usually a batch of new
+     * ones: warm the record of the one after the next (its line and TLB
+     * entry) while the next runs. Not in rq_pop: a yield or a wake-up
+     * would pay for it too. */
+    if (s->rq_head)
+        __builtin_prefetch(s->rq_head, 1);
     /* Cache the stack now, from its own record: nothing can take it
      * before we have left it. Otherwise (an odd size, a full cache: to be
      * unmapped; a TSan fiber to destroy) the next context releases it. */
@@ -410,44 +416,20 @@ static size_t stack_map_size(size_t usable)
     return usable + weft__page_size() + weft__guard_size();
 }
 
-int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
-               weft_fiber_t *out)
+/* Make the fiber on a stack it now owns (@st: copied out first, it may lie
+ * where the record goes) with handle slot @idx, and queue it. */
+static inline __attribute__((always_inline)) void
+spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
+         uint32_t idx, const weft__stack *st)
 {
-    if (!fn)
-        return -EINVAL;
-    weft_sched_t *s = weft__tls_sched;
-    if (WEFT_UNLIKELY(!s) && !(s = weft_sched_self()))
-        return -ENOMEM;
-    size_t map_size = s->stacks.map_size; /* the default size's */
-    if (opts && opts->stack_size) {
-        size_t page = weft__page_size(), want = opts->stack_size;
-        if (want < MIN_STACK || want > MAX_STACK)
-            return -EINVAL;
-        map_size = stack_map_size((want + page - 1) & ~(page - 1));
-    }
-
-    uint32_t idx;
-    int rc = slot_alloc(s, &idx);
-    if (rc < 0)
-        return rc;
-    /* The stack's descriptor in scalars: a cached one lies where the
-     * record is about to be written, and a struct copy went through the
-     * stack (a load after the record's stores, at the same page offset). */
-    weft__stack *cached = weft__stack_pop(&s->stacks, map_size), st;
-    if (WEFT_UNLIKELY(!cached)) {
-        rc = weft__stack_map(&s->stacks, map_size, &st);
-        if (rc < 0) {
-            s->slots[idx].state = SLOT_LIVE; /* so slot_free keeps counts right */
-            s->handles++;
-            slot_free(s, idx);
-            return rc;
-        }
-        cached = &st;
-    }
-    char *base = cached->base;
-    map_size = cached->map_size;
-    uint32_t guard = cached->guard;
-    unsigned vg_id = cached->vg_id;
+    /* The descriptor in scalars: a cached one lies where the record is
+     * about to be written, and a struct copy went through the spawner's
+     * stack (a load after the record's stores, at the same page offset:
+     * 4 KiB aliasing). */
+    char *base = st->base;
+    size_t map_size = st->map_size;
+    uint32_t guard = st->guard;
+    unsigned vg_id = st->vg_id;
     char *lo = base + guard;
 #ifdef WEFT_ASAN
     __asan_unpoison_memory_region(lo, map_size - guard);
@@ -492,6 +474,58 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
     s->live++;
     s->spawned++;
     rq_push(s, f);
+}
+
+/* Every case weft_spawn does not take inline: no scheduler yet, a stack
+ * size given, no free slot (the table grows), no cached stack (a new
+ * mapping), errors. */
+static __attribute__((noinline)) int spawn_slow(weft_fn_t fn, void *arg,
+                                                const weft_spawn_opts_t *opts,
+                                                weft_fiber_t *out)
+{
+    if (!fn)
+        return -EINVAL;
+    weft_sched_t *s = weft_sched_self();
+    if (!s)
+        return -ENOMEM;
+    size_t map_size = s->stacks.map_size; /* the default size's */
+    if (opts && opts->stack_size) {
+        size_t page = weft__page_size(), want = opts->stack_size;
+        if (want < MIN_STACK || want > MAX_STACK)
+            return -EINVAL;
+        map_size = stack_map_size((want + page - 1) & ~(page - 1));
+    }
+    uint32_t idx;
+    int rc = slot_alloc(s, &idx);
+    if (rc < 0)
+        return rc;
+    weft__stack *cached = weft__stack_pop(&s->stacks, map_size), st;
+    if (!cached) {
+        rc = weft__stack_map(&s->stacks, map_size, &st);
+        if (rc < 0) {
+            s->slots[idx].state = SLOT_LIVE; /* so slot_free keeps counts right */
+            s->handles++;
+            slot_free(s, idx);
+            return rc;
+        }
+        cached = &st;
+    }
+    spawn_on(s, fn, arg, out, idx, cached);
+    return 0;
+}
+
+/* Inline here: the default stack size with a free slot and a cached
+ * stack, which calls nothing (so saves no registers); else spawn_slow. */
+int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
+               weft_fiber_t *out)
+{
+    weft_sched_t *s = weft__tls_sched;
+    if (WEFT_UNLIKELY(!fn || !s || (opts && opts->stack_size) ||
+                      s->free_slot == UINT32_MAX || !s->stacks.head))
+        return spawn_slow(fn, arg, opts, out);
+    uint32_t idx = s->free_slot;
+    s->free_slot = s->slots[idx].u.next_free;
+    spawn_on(s, fn, arg, out, idx, weft__stack_pop(&s->stacks, s->stacks.map_size));
     return 0;
 }
 
