@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# core.sh — the core runtime's benchmarks (issue 2): context switches,
-# spawn + run + exit, memory per parked fiber; Boost.Context is the peer.
+# core.sh — the core runtime's benchmarks (issues 2 and 15): context
+# switches, spawn + run + exit, memory per parked fiber.
 #
 # Programs: build/bench/core_* and boost_* (make benches). The peers are
-# Boost.Context (bare switches, stacks) and, for the scheduler switch,
-# also Boost.Fiber (a scheduler built on Boost.Context). Each figure is
-# measured WEFT_BENCH_REPS times (default 5; the 1,000,000-fiber case 3).
+# Boost.Context (bare switches, stacks) and, for the scheduler switch and
+# spawn under a scheduler (wait group, join), Boost.Fiber (a scheduler
+# built on Boost.Context); no C fiber scheduler is packaged in Debian 12.
+# Each figure is measured WEFT_BENCH_REPS times (default 5; the
+# 1,000,000-fiber case 3).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
@@ -15,7 +17,7 @@ big_reps=${WEFT_BENCH_BIG_REPS:-3}
 nswitch=${WEFT_BENCH_SWITCHES:-10000000}
 G=core
 
-for p in core_switch core_spawn core_park boost_switch boost_spawn boost_fiber_yield; do
+for p in core_switch core_spawn core_park boost_switch boost_spawn boost_fiber_yield boost_fiber_spawn; do
   [ -x "$bin/$p" ] || { echo "core.sh: $bin/$p missing (make benches)" >&2; exit 1; }
 done
 
@@ -43,7 +45,16 @@ bench_report $G switch_yield_vs_scheduler ns/switch lower "$yield" "Boost.Fiber 
 w=$(bench_runs "$bin/core_spawn" warm 1000000 "$reps")
 p=$(bench_runs "$bin/boost_spawn" warm 1000000 "$reps")
 bench_report $G spawn_run_exit ns/fiber lower "$w" "Boost.Context pooled stack" "$p" \
-  "batches of 100 fibers; weft stacks from its cache (guarded), Boost's from a pool (unguarded)"
+  "weft: batches of 100 spawned from the loop, stacks from its cache (guarded); Boost: one at a time, stacks from a pool (unguarded)"
+wg=$(bench_runs "$bin/core_spawn" wg 1000000 "$reps")
+p=$(bench_runs "$bin/boost_fiber_spawn" batch 1000000 "$reps")
+bench_report $G spawn_run_exit_wg ns/fiber lower "$wg" "Boost.Fiber, joined" "$p" \
+  "from a fiber: 100 spawned, each ends with weft_waitgroup_done, the spawner waits; Boost.Fiber: 100 created, then joined"
+j=$(bench_runs "$bin/core_spawn" join 1000000 "$reps")
+p=$(bench_runs "$bin/boost_fiber_spawn" join 1000000 "$reps")
+bench_report $G spawn_join ns/fiber lower "$j" "Boost.Fiber" "$p" \
+  "one at a time: spawn a fiber, weft_join it, repeat (Boost.Fiber: construct, join)"
+warm=$w
 w=$(bench_runs "$bin/core_spawn" cold 20000 "$reps")
 p=$(bench_runs "$bin/boost_spawn" cold 20000 "$reps")
 bench_report $G spawn_run_exit_cold ns/fiber lower "$w" "Boost.Context protected stack" "$p" \
@@ -89,3 +100,12 @@ printf '  raw switch (same call site) vs Boost.Context: %s vs %s ns  %s\n' \
   "$smed" "$bmed" "$(verdict "$smed < $bmed")"
 printf '  1,000,000 parked fibers with guard pages < 4096 MiB RSS: %s MiB, %s  %s\n' \
   "$rss1m" "$guard1m" "$(verdict "$rss1m < 4096")"
+echo
+echo "targets (issue 15):"
+wmed=$(bench_median "$warm"); gmed=$(bench_median "$wg"); jmed=$(bench_median "$j")
+printf '  spawn + run + exit in batches <= 25 ns: %s ns (from the loop), %s ns (wait group)  %s\n' \
+  "$wmed" "$gmed" "$(verdict "$wmed <= 25 && $gmed <= 25")"
+printf '  spawn + join one at a time <= 45 ns: %s ns  %s\n' "$jmed" "$(verdict "$jmed <= 45")"
+printf '  1,000,000 parked fibers with guard pages <= 2048 MiB RSS: %s MiB  %s\n' \
+  "$rss1m" "$(verdict "$rss1m <= 2048")"
+echo "    (floor: one 4 KiB stack page per parked fiber, 3,906 MiB; docs/ARCHITECTURE.md, Parked fibers)"
