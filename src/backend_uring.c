@@ -37,6 +37,14 @@
 
 #define WAKE_UD ((uint64_t)1)
 #define IGNORE_UD ((uint64_t)0)
+#define PROBE_UD ((uint64_t)2)
+/* Accept flags (sqe->ioprio) of Linux 6.10, not in older headers. */
+#ifndef IORING_ACCEPT_DONTWAIT
+#define IORING_ACCEPT_DONTWAIT (1U << 1)
+#endif
+#ifndef IORING_ACCEPT_POLL_FIRST
+#define IORING_ACCEPT_POLL_FIRST (1U << 2)
+#endif
 #define REAP_BATCH 256
 #define DEFAULT_ENTRIES 1024
 
@@ -60,6 +68,11 @@ typedef struct ustate {
     uop *all;                /* every record ever allocated            */
     uop *cancels;            /* cancels that found no free SQE yet     */
     bool wake_armed;
+    /* The kernel takes IORING_ACCEPT_POLL_FIRST and reports, with
+     * IORING_CQE_F_SOCK_NONEMPTY, whether connections are left queued
+     * behind the one an ACCEPT took (Linux 6.10, which added both with
+     * IORING_ACCEPT_DONTWAIT: probed at init). */
+    bool accept_hints;
     bool inner;              /* reaping from inside get_sqe            */
     bool wake_deferred;      /* the eventfd fired during an inner reap */
 } ustate;
@@ -97,6 +110,23 @@ static int arm_wake(weft__reactor *r)
     io_uring_sqe_set_data64(sqe, WAKE_UD);
     st->wake_armed = true;
     return 0;
+}
+
+/*
+ * Whether accepts can be told to wait first and report a non-empty queue:
+ * an ACCEPT of descriptor -1 with IORING_ACCEPT_DONTWAIT fails with
+ * -EINVAL on a kernel that does not know the flag (the SQE is checked
+ * first) and with -EBADF on one that does. Queued with the wake-up poll and
+ * answered in the first poll, before any accept of the loop's completes.
+ */
+static void probe_accept(weft__reactor *r)
+{
+    struct io_uring_sqe *sqe = get_sqe(r);
+    if (!sqe)
+        return; /* no hints: accepts go on without them */
+    io_uring_prep_accept(sqe, -1, NULL, NULL, 0);
+    sqe->ioprio = IORING_ACCEPT_DONTWAIT;
+    io_uring_sqe_set_data64(sqe, PROBE_UD);
 }
 
 static unsigned ring_entries(void)
@@ -164,6 +194,7 @@ static int ur_init(weft__reactor *r)
         r->bstate = NULL;
         return rc;
     }
+    probe_accept(r);
     return 0;
 }
 
@@ -282,6 +313,8 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     case WEFT__OP_ACCEPT:
         io_uring_prep_accept(sqe, d->fd, d->addr, d->addrlen,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (d->poll_first && st->accept_hints)
+            sqe->ioprio |= IORING_ACCEPT_POLL_FIRST;
         u->vg_alen = d->addrlen;
         u->vg_addr = d->addr;
         break;
@@ -363,6 +396,10 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
     ustate *st = S(r);
     if (ud == IGNORE_UD)
         return;
+    if (ud == PROBE_UD) {
+        st->accept_hints = res == -EBADF;
+        return;
+    }
     if (ud == WAKE_UD) {
         if (!(flags & IORING_CQE_F_MORE))
             st->wake_armed = false; /* re-armed before the next enter */
@@ -408,6 +445,9 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
     w->op = NULL;
     w->op_done = true;
     w->op_res = op == WEFT__OP_POLL ? poll_result(w, res) : res;
+    if (op == WEFT__OP_ACCEPT && st->accept_hints && res >= 0)
+        w->op_hint = (flags & IORING_CQE_F_SOCK_NONEMPTY) ? WEFT__HINT_MORE
+                                                           : WEFT__HINT_EMPTY;
     weft__wait_complete(w, w->op_res);
 }
 

@@ -111,7 +111,7 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
  * per call, ~25-40 ns): one that has passed already makes the timer fire
  * in the poll that submits the op, which cancels it unless it completed
  * inside that submission — the same single attempt. */
-ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline)
+ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
 {
     weft_sched_t *s = weft__sched_tls();
     weft__wait w;
@@ -125,6 +125,8 @@ ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline)
         weft__op_rearm(&w);
         weft__block(&w);
     }
+    if (hint)
+        *hint = w.op_hint;
     return weft__op_result(&w, why);
 }
 
@@ -265,7 +267,7 @@ static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
             d.len = iov[0].iov_len;
         }
         for (;;) {
-            ssize_t n = weft__io_op(&d, deadline);
+            ssize_t n = weft__io_op(&d, deadline, NULL);
             if (n == -EINTR)
                 continue;
             if (n != -EAGAIN)
@@ -442,6 +444,18 @@ int weft_wait_fd(int fd, int events, int64_t deadline)
 
 /* ---- accepting and connecting ----------------------------------------------- */
 
+/*
+ * On io_uring an accept that has to wait is a ring ACCEPT, and one that
+ * need not is best a system call: a ring op costs a loop iteration, and a
+ * burst of connections would come in one per iteration. So the system
+ * call goes first unless the last accept found the queue empty (acc_empty):
+ * then the ACCEPT goes to the ring and, where the kernel can, waits for a
+ * connection before trying (a futile attempt allocates and frees a socket
+ * and a file), and its completion says whether more were left queued
+ * (then the next accept is a system call again). A steady trickle of
+ * connections thus costs one ring op each and no futile attempt; a burst,
+ * one system call each and one that finds the queue empty.
+ */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
                 int64_t deadline)
 {
@@ -453,19 +467,31 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
     if ((rc = ensure_nonblock(fd)) < 0)
         return rc;
     weft_sched_t *s = weft__sched_tls();
+    const bool ring = weft__io_use_op(WEFT__FD_SOCKET, WEFT__OP_ACCEPT, deadline);
+    /* accept(2) hands over a connected socket of the listener's type. */
+    int stream = weft__io_stream(s, fd);
+    if (stream < 0)
+        stream = 0;
     for (;;) {
         int c;
-        if (weft__io_use_op(WEFT__FD_SOCKET, WEFT__OP_ACCEPT, deadline)) {
+        if (ring && s->iofd[fd].acc_empty) {
             weft__opdesc d = {.op = WEFT__OP_ACCEPT, .fd = fd, .addr = addr,
-                              .addrlen = addrlen};
-            c = (int)weft__io_op(&d, deadline);
-            if (c < 0)
+                              .addrlen = addrlen, .poll_first = true};
+            uint8_t hint = WEFT__HINT_NONE;
+            c = (int)weft__io_op(&d, deadline, &hint);
+            if (c >= 0)
+                s->iofd[fd].acc_empty = hint == WEFT__HINT_EMPTY;
+            else
                 errno = -c;
         } else {
             c = accept4(fd, addr, addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (ring && c < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                s->iofd[fd].acc_empty = 1;
+                continue; /* wait in the ring */
+            }
         }
         if (c >= 0) {
-            weft__io_adopt(s, c, WEFT__FD_SOCKET);
+            weft__io_adopt(s, c, WEFT__FD_SOCKET, stream);
             return c;
         }
         int e = errno;
@@ -493,7 +519,7 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
                           .addr = (struct sockaddr *)addr, .alen = addrlen};
         ssize_t n;
         do
-            n = weft__io_op(&d, deadline);
+            n = weft__io_op(&d, deadline, NULL);
         while (n == -EINTR);
         if (n != -EAGAIN && n != -EINPROGRESS && n != -EALREADY)
             return n == -EISCONN ? 0 : (int)n;
@@ -560,7 +586,7 @@ static ssize_t positioned(int fd, void *buf, size_t len, off_t off,
         /* Truly asynchronous file I/O: the fiber waits, the loop runs. */
         weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = off};
         for (;;) {
-            ssize_t n = weft__io_op(&d, deadline);
+            ssize_t n = weft__io_op(&d, deadline, NULL);
             if (n != -EINTR && n != -EAGAIN)
                 return n;
             if (n == -EAGAIN && (rc = weft__io_wait(fd, ready, deadline)) < 0)

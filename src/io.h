@@ -26,6 +26,14 @@ typedef struct weft__iofd {
      * since: the next read waits for one before trying. */
     uint8_t rd_drained;
     uint8_t stream;       /* 0 unknown, 1 SOCK_STREAM, 2 another socket type */
+    /* A listening socket on a completion backend: the last accept found
+     * its queue empty (a system call's EAGAIN, or the ring's word that
+     * nothing was left behind the connection it took), so the next one
+     * goes to the ring and waits before trying; otherwise (nothing known,
+     * or more connections queued) the next one tries the system call
+     * first, which takes a burst of connections without a loop iteration
+     * for each. */
+    uint8_t acc_empty;
 } weft__iofd;
 
 /* The I/O state of @fd (>= 0), growing the table to it; NULL = ENOMEM. */
@@ -40,8 +48,12 @@ static inline weft__iofd *weft__iofd_get(weft_sched_t *s, int fd)
  * reactor's: waiters get @err). */
 void weft__io_fd_reset(weft_sched_t *s, int fd, int err);
 /* A descriptor weft just made (socket, accept, pipe): a new life of its
- * number, of @kind, O_NONBLOCK. */
-void weft__io_adopt(weft_sched_t *s, int fd, int kind);
+ * number, of @kind, O_NONBLOCK; @stream as in weft__iofd (0: not known,
+ * or not a socket). */
+void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream);
+/* Whether socket @fd is SOCK_STREAM (1) or not (2), learnt once per life
+ * of the descriptor (getsockopt, unless weft made it); -errno. */
+int weft__io_stream(weft_sched_t *s, int fd);
 /* Free the table (scheduler teardown). */
 void weft__iofd_fini(weft_sched_t *s);
 
@@ -58,8 +70,9 @@ static inline bool weft__io_use_op(int kind, int op, int64_t deadline)
     return deadline != 0 && weft__reactor_use_op(&weft__sched_tls()->r, kind, op);
 }
 /* Run one completion op for the current fiber (see weft__op_start): its
- * result, or why the wait ended if it was cancelled. */
-ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline);
+ * result, or why the wait ended if it was cancelled; *@hint (if not NULL)
+ * gets what the completion said beyond it (weft__wait.op_hint). */
+ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint);
 /* The kind of @fd (weft__fd_kind), with a non-socket made O_NONBLOCK
  * unless it is a regular file; -errno. */
 int weft__io_kind_slow(int fd);

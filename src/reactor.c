@@ -91,6 +91,7 @@ void weft__wait_init(weft__wait *w, weft__reactor *r,
     w->active = true;
     w->nocancel = false;
     w->op_done = false;
+    w->op_hint = WEFT__HINT_NONE;
     w->op = NULL;
     w->op_res = 0;
     r->nwaits++;

@@ -177,9 +177,16 @@ struct weft__wait {
     bool nocancel;     /* not ended by weft_cancel or timeout scopes: used
                           to wait for the CQE of an op being cancelled     */
     bool op_done;      /* the op's completion arrived (op_res is valid)    */
+    uint8_t op_hint;   /* what the completion said of the source beyond the
+                          result (WEFT__HINT_*), for backends that know    */
     void *op;          /* in-flight completion record (io_uring), or NULL  */
     int op_res;        /* the op's own result (CQE res)                    */
 };
+
+/* weft__wait.op_hint after an ACCEPT: whether more connections were queued
+ * behind the one accepted (io_uring's IORING_CQE_F_SOCK_NONEMPTY, on a
+ * kernel known to report it for accepts), or nothing known. */
+enum { WEFT__HINT_NONE = 0, WEFT__HINT_MORE = 1, WEFT__HINT_EMPTY = 2 };
 
 /* Completion-based operations, for backends that have them (io_uring). */
 enum {
@@ -204,6 +211,9 @@ typedef struct weft__opdesc {
                                   it could complete at once (a large file
                                   transfer from the page cache would copy
                                   inside the loop's io_uring_enter)      */
+    bool poll_first;           /* accept: the queue was just seen empty;
+                                  wait for a connection before trying
+                                  (spares the kernel a futile attempt)   */
 } weft__opdesc;
 
 /* Every backend's completion record starts with this. */

@@ -23,7 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-void weft__io_adopt(weft_sched_t *s, int fd, int kind)
+void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream)
 {
     weft__io_fd_reset(s, fd, -EBADF);
     weft__fdstate *st = weft__fd(&s->r, fd);
@@ -31,6 +31,25 @@ void weft__io_adopt(weft_sched_t *s, int fd, int kind)
         st->kind = (uint8_t)kind;
         st->nonblock = 1;
     }
+    weft__iofd *io = stream ? weft__iofd_get(s, fd) : NULL;
+    if (io)
+        io->stream = (uint8_t)stream;
+}
+
+int weft__io_stream(weft_sched_t *s, int fd)
+{
+    if (fd < s->niofd && s->iofd[fd].stream)
+        return s->iofd[fd].stream;
+    /* Asked before the table grows to @fd: a bogus number fails here. */
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno;
+    int stream = type == SOCK_STREAM ? 1 : 2;
+    weft__iofd *io = weft__iofd_get(s, fd);
+    if (io)
+        io->stream = (uint8_t)stream;
+    return stream;
 }
 
 int weft_shutdown(int fd, int how)
@@ -92,7 +111,8 @@ int weft_socket(int domain, int type, int protocol)
         return -errno;
     weft_sched_t *s = weft__sched_tls();
     if (s)
-        weft__io_adopt(s, fd, WEFT__FD_SOCKET);
+        weft__io_adopt(s, fd, WEFT__FD_SOCKET,
+                       (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM ? 1 : 2);
     return fd;
 }
 
@@ -104,8 +124,8 @@ int weft_pipe(int fds[2])
         return -errno;
     weft_sched_t *s = weft__sched_tls();
     if (s) {
-        weft__io_adopt(s, fds[0], WEFT__FD_FIFO);
-        weft__io_adopt(s, fds[1], WEFT__FD_FIFO);
+        weft__io_adopt(s, fds[0], WEFT__FD_FIFO, 0);
+        weft__io_adopt(s, fds[1], WEFT__FD_FIFO, 0);
     }
     return 0;
 }

@@ -341,11 +341,11 @@ int weft_write_behind(int fd, int on)
         return -EINVAL;
     if (!s)
         return -EPERM;
-    int type = 0;
-    socklen_t len = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-        return -errno;
-    if (type != SOCK_STREAM)
+    /* Known for the sockets weft made or accepted, else asked once. */
+    int stream = weft__io_stream(s, fd);
+    if (stream < 0)
+        return stream;
+    if (stream != 1)
         return -EINVAL;
     weft__fdstate *fs = weft__fd(&s->r, fd);
     weft__iofd *st = weft__iofd_get(s, fd);
