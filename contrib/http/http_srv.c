@@ -69,6 +69,7 @@ struct conn {
     int fd;
     void *tc; /* the transport's connection (TLS), NULL for plain TCP */
     int idle; /* blocked waiting for the first byte of a request */
+    int nodelay; /* TCP_NODELAY set */
     size_t inlen, outlen;
     size_t in_cap; /* IN_SMALL, or srv->in_cap once a head outgrew that */
     char *in;      /* small_in, or a malloc'd buffer of in_cap bytes      */
@@ -97,6 +98,21 @@ static inline ssize_t conn_send(conn *c, const void *buf, size_t len, int64_t de
 }
 
 /* ---- output ------------------------------------------------------------- */
+
+/*
+ * Nagle's algorithm holds back a small segment only while earlier data is
+ * unacknowledged, and closing a socket pushes out whatever it holds, so a
+ * connection answered once and closed never needs TCP_NODELAY: it is set
+ * before the first response of a connection that stays open and before a
+ * file goes out, which spares a connection-per-request client a system
+ * call per connection.
+ */
+static void set_nodelay(conn *c)
+{
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->nodelay = 1;
+}
 
 static int send_all(conn *c, const char *p, size_t n, int64_t deadline)
 {
@@ -406,6 +422,8 @@ static __attribute__((noinline)) int serve_file(conn *c, const http_req *r, int 
     }
     put_head(c, 200, mime_type(path), (uint64_t)sb.st_size, keep,
              r->version_minor, NULL);
+    if (!c->nodelay)
+        set_nodelay(c);
     int rc = flush(c);
     if (rc == 0) /* sendfile(2) must not overtake the head */
         rc = weft_flush(c->fd, weft_deadline_in(s->o.io_timeout_ns));
@@ -475,6 +493,7 @@ static void *conn_main(void *arg)
     int lingering = 0;
     http_scan_reset(&sc);
     if (s->o.transport) {
+        set_nodelay(c); /* the handshake's flights */
         /* The handshake counts as the first request's head. */
         c->tc = s->o.transport->open(s->o.transport->ctx, c->fd,
                                      weft_deadline_in(s->o.header_timeout_ns));
@@ -502,6 +521,8 @@ static void *conn_main(void *arg)
             head_deadline = 0;
             int keep = req.keep_alive && !s->stopping;
             int ok = 0;
+            if (keep && !c->nodelay)
+                set_nodelay(c);
             if (req.method == HTTP_M_OTHER || req.method == HTTP_M_UNKNOWN) {
                 put_error(c, req.method == HTTP_M_OTHER ? 405 : 501);
                 lingering = 1;
@@ -602,17 +623,11 @@ out:
 static void *accept_main(void *arg)
 {
     http_srv *s = arg;
-    /* After a connection arrives, take every other queued one at once
-     * (deadline 0: a plain non-blocking accept) before waiting again; on
-     * a completion backend each waiting accept costs a loop iteration, and
-     * a burst of thousands of connects would otherwise trickle in. */
-    int64_t deadline = WEFT_FOREVER;
+    /* A burst of connects is taken without a loop iteration for each by
+     * weft_accept itself (a system call while the queue is not known to be
+     * empty), so every accept here may wait. */
     while (!s->stopping) {
-        int fd = weft_accept(s->lfd, NULL, NULL, deadline);
-        if (fd == -EAGAIN) {
-            deadline = WEFT_FOREVER; /* the queue is empty: wait */
-            continue;
-        }
+        int fd = weft_accept(s->lfd, NULL, NULL, WEFT_FOREVER);
         if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -ENOBUFS) {
             /* Out of descriptors: the connection stays queued; back off
              * instead of spinning. */
@@ -621,9 +636,6 @@ static void *accept_main(void *arg)
         }
         if (fd < 0)
             break; /* -ECANCELED from http_srv_stop(), or a broken listener */
-        deadline = 0;
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         /* Responses up to a few KiB leave without the connection's fiber
          * being resumed for the send's completion (io_uring). */
         weft_write_behind(fd, 1);
@@ -636,6 +648,7 @@ static void *accept_main(void *arg)
         c->fd = fd;
         c->tc = NULL;
         c->idle = 0;
+        c->nodelay = 0;
         c->inlen = c->outlen = 0;
         c->in = c->small_in;
         c->in_cap = IN_SMALL;
