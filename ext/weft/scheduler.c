@@ -129,6 +129,12 @@ struct rsched {
     uint64_t hook_seq, lw_seq;
     VALUE lw_fiber;
     int lw_fd;
+    /* The last transfer hook that found its descriptor not ready (-EAGAIN
+     * with nothing moved): when, by whom (a key, never dereferenced), on
+     * which descriptor, for which event (see s_io_wait). */
+    uint64_t ea_seq;
+    VALUE ea_fiber;
+    int ea_fd, ea_ev;
     int closing;               /* close attempts begun (see s_close)     */
     unsigned stops;            /* stop_all calls so far (see start_body) */
     bool bound;                /* a hook ran on `thread`: owned for good */
@@ -249,6 +255,8 @@ static VALUE s_alloc(VALUE klass)
     s->fatal = Qnil;
     s->lw_fiber = Qnil;
     s->lw_fd = -1;
+    s->ea_fiber = Qnil;
+    s->ea_fd = -1;
     s->report = true;
     s->waiting = st_init_numtable();
     pthread_mutex_init(&s->lock, NULL);
@@ -1030,10 +1038,20 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
         deliver_interrupts(s, cur);
     /* epoll is edge-triggered: look first. A ring's POLL_ADD checks the
      * current state when it is submitted, so there the look is a wasted
-     * system call for reads (Ruby calls io_wait after EAGAIN) unless the
-     * caller will not wait at all; a write rarely has to wait, and one
-     * that follows a split write must not switch fibers needlessly. */
-    int rc = deadline == 0 || !weft__reactor_has_ops(&s->r) || (ev & WEFT_WRITABLE)
+     * system call for reads unless the caller will not wait at all; a
+     * write rarely has to wait, and one that follows a split write must
+     * not switch fibers needlessly. No look either right after this
+     * fiber's transfer hook found the descriptor not ready (Ruby calls
+     * io_wait at once after -EAGAIN, no other hook and no poll between):
+     * whatever changes after that attempt reaches the wait — a ring POLL
+     * checks at submission, epoll reports current readiness when the
+     * descriptor is added or modified and an edge for every change after,
+     * poll() is level-triggered. That saves a poll(2) per request of a
+     * keep-alive server on epoll. */
+    bool after_eagain = s->ea_seq + 1 == s->hook_seq && s->ea_fd == fd &&
+                        s->ea_ev == ev && s->ea_fiber == cur;
+    int rc = deadline == 0 || (!after_eagain &&
+                               (!weft__reactor_has_ops(&s->r) || (ev & WEFT_WRITABLE)))
                  ? poll_now(fd, ev) : 0;
     if (rc == 0 && deadline != 0) {
         fdinfo *fi = fd_prepare(s, fd, io);
@@ -1291,14 +1309,32 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             raise_io_timeout(ev);                                          \
         return total ? SIZET2NUM(total) : INT2NUM(f_);                     \
     } while (0)
-    /* Ring ops (see ring_io) where they wait, and for regular files (which
-     * never say EAGAIN: see file_offload) even for a single attempt; a
-     * zero @length on anything else and a zero deadline stay non-blocking
-     * system calls. */
+    /* Ring ops (see ring_io) where the backend takes them: where they
+     * wait (@length > 0), for regular files (which never say EAGAIN: see
+     * file_offload), and for the single attempt of a zero @length (Ruby's
+     * own IO methods: readpartial, write, read_nonblock...) on a socket,
+     * made one attempt by MSG_DONTWAIT: the kernel answers -EAGAIN at once
+     * instead of waiting (a ring READ of a pipe waits even when the pipe
+     * is O_NONBLOCK, so pipes keep the system call). Only while other
+     * fibers are ready to run: the op then goes out in the same
+     * io_uring_enter as theirs, where alone it would cost a loop round
+     * trip, more than the system call; and so a write with nobody else
+     * to run does not switch fibers (Ruby's own test_read_characters
+     * relies on that). Only in a fiber this scheduler runs: one it did not
+     * switch into (an Enumerator's, a fiber the user resumed) must not
+     * wait where the system call would not have (Enumerator#next over a
+     * socket: its fiber would yield to #next's caller).
+     * That costs a switch to the loop and back instead of a system call,
+     * and wins: the loop submits every fiber's op in one io_uring_enter,
+     * and a keep-alive Ruby server spends ~25% less CPU per request than
+     * with send/recv (docs/ARCHITECTURE.md, "Ruby's single attempts on
+     * the ring"). A zero deadline stays a non-blocking system call. */
     bool has_ops = weft__reactor_has_ops(&s->r);
-    bool ring = deadline != 0 && (is_file || (length > 0 && !positioned)) &&
+    VALUE cur = rb_fiber_current();
+    bool once = length == 0 && is_sock && !positioned && s->entered == cur &&
+                !weft__list_empty(&s->ready);
+    bool ring = deadline != 0 && (is_file || ((length > 0 || once) && !positioned)) &&
                 weft__reactor_use_op(&s->r, kind, ring_op);
-    VALUE cur = ring ? rb_fiber_current() : Qnil;
     size_t total = 0;
     for (;;) {
         size_t max = size - offset;
@@ -1316,6 +1352,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                               .len = is_file && max > FILE_CHUNK ? FILE_CHUNK : max,
                               .off = -1,
                               .async = is_file && max >= FILE_ASYNC_MIN,
+                              .flags = once ? MSG_DONTWAIT : 0,
                               .op = ring_op};
             if (positioned)
                 d.off = (int64_t)from + (int64_t)total;
@@ -1325,6 +1362,11 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                 break;
             if (res == -EINTR)
                 continue;
+            if (res == -EAGAIN && once) {
+                n = -1; /* the single attempt found nothing to do */
+                err = EAGAIN;
+                goto would_block;
+            }
             if (res == -EAGAIN) {
                 /* A kernel that will not wait on an O_NONBLOCK file. */
                 int rc = wait_fd(s, fd, ev, deadline);
@@ -1408,6 +1450,12 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             if (offset > size)
                 break;
             continue;
+        }
+        if (!total && (err == EAGAIN || err == EWOULDBLOCK)) {
+            s->ea_seq = s->hook_seq;
+            s->ea_fiber = cur;
+            s->ea_fd = fd;
+            s->ea_ev = ev;
         }
         return total ? SIZET2NUM(total) : INT2NUM(-err);
     }
@@ -1965,7 +2013,11 @@ static VALUE start_fiber(VALUE self, int argc, VALUE *argv, bool quiet)
     VALUE proc = rb_block_proc();
     VALUE body = rb_proc_new(quiet ? fiber_entry_quiet : fiber_entry, proc);
     VALUE fiber = rb_funcall_with_block(cFiber, id_new, 0, NULL, body);
+    /* Both stay on this stack until Fiber#initialize has taken the block:
+     * the passed block is no GC root, and Fiber.new allocates (under
+     * GC.stress on Ruby 3.3 a collected @body crashed Fiber#initialize). */
     RB_GC_GUARD(proc);
+    RB_GC_GUARD(body);
     struct start_arg a = {s, fiber, argc, argv, s->entered, s->entered_chained};
     rb_ensure(start_body, (VALUE)&a, start_restore, (VALUE)&a);
     return fiber;

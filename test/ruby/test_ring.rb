@@ -313,4 +313,65 @@ class TestRing < Minitest::Test
     assert_equal(-Errno::EBADF::Errno, result)
     [a, b].each(&:close)
   end
+  # Ruby's own IO methods (readpartial, write, read_nonblock, gets) call
+  # the hooks with length 0: one attempt. On io_uring, while other fibers
+  # are ready, that attempt is a ring op (MSG_DONTWAIT), so that every
+  # fiber's op goes out in one io_uring_enter. Many fibers talking at once
+  # over TCP and Unix sockets: every byte arrives in order, and the ring
+  # was used for the single attempts.
+  def test_many_fibers_single_attempts_lose_nothing
+    socket_pairs.each do |a0, b0|
+      pairs = [[a0, b0]] + Array.new(15) { UNIXSocket.pair }
+      weft do |s|
+        before = s.stats[:ring_ops]
+        got = Array.new(pairs.size) { +"" }
+        barrier = Weft::Barrier.new
+        pairs.each_with_index do |(a, b), i|
+          barrier.spawn do
+            200.times do |k|
+              b.write("#{i}:#{k};")
+              sleep 0 # the others get a turn: several fibers ready at once
+            end
+            b.close_write
+          end
+          barrier.spawn do
+            while (chunk = a.readpartial(7) rescue nil)
+              got[i] << chunk
+            end
+          end
+        end
+        barrier.wait
+        pairs.each_index do |i|
+          assert_equal Array.new(200) { |k| "#{i}:#{k};" }.join, got[i], "pair #{i}"
+        end
+        assert_ring_used(s, before)
+        assert_no_ops(s)
+      end
+      pairs.flatten.each { |io| io.close unless io.closed? }
+    end
+  end
+
+  # The single attempt stays one attempt on the ring: read_nonblock with
+  # nothing there answers at once (IO::WaitReadable, :wait_readable) while
+  # other fibers are ready, never waits for data.
+  def test_read_nonblock_never_waits_while_others_are_ready
+    socket_pairs.each do |a, b|
+      weft do |s|
+        answers = []
+        barrier = Weft::Barrier.new
+        3.times { barrier.spawn { 50.times { sleep 0 } } }
+        barrier.spawn do
+          answers << a.read_nonblock(10, exception: false)
+          answers << (a.read_nonblock(10) rescue $!.class)
+          b.write("x")
+          sleep 0.01
+          answers << a.read_nonblock(10, exception: false)
+        end
+        barrier.wait
+        assert_equal [:wait_readable, IO::EAGAINWaitReadable, "x"], answers
+        assert_no_ops(s)
+      end
+      [a, b].each(&:close)
+    end
+  end
 end
