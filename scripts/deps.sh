@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# deps.sh MODE — install the Debian packages MODE needs (test, demo, bench),
-# if any is missing. Runs apt-get as root (CI) or through sudo; otherwise
-# prints the command to run and fails.
+# deps.sh MODE — install the Debian packages MODE (test, demo, bench) needs,
+# if any is missing. The packages and the modes that need them are listed
+# once, in scripts/deps.list. Runs apt-get as root (CI) or through sudo;
+# otherwise prints the command to run and fails.
 set -euo pipefail
 mode=${1:-test}
-
-common=(make gcc clang libclang-rt-14-dev liburing-dev)
 case "$mode" in
-  test)  pkgs=("${common[@]}" valgrind gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
-  demo)  pkgs=("${common[@]}") ;;
-  bench) pkgs=("${common[@]}" g++ libboost-context-dev) ;;
-  *) echo "deps.sh: unknown mode $mode" >&2; exit 2 ;;
+  test|demo|bench) ;;
+  *) echo "deps.sh: unknown mode $mode (test, demo or bench)" >&2; exit 2 ;;
 esac
-# Extra packages that later parts of the project add, one file per part.
-for f in "$(dirname "$0")"/deps.d/*."$mode" ; do
-  [ -f "$f" ] && while read -r p; do [ -n "$p" ] && pkgs+=("$p"); done < "$f"
-done
+list="$(dirname "$0")/deps.list"
+mapfile -t pkgs < <(awk -v m="$mode" '
+  { sub(/#.*/, "") }
+  NF >= 2 { n = split($2, ms, ","); for (i = 1; i <= n; i++) if (ms[i] == m) print $1 }' "$list")
+[ ${#pkgs[@]} -gt 0 ] || { echo "deps.sh: no packages for $mode in $list" >&2; exit 1; }
 
 missing=()
 for p in "${pkgs[@]}"; do
