@@ -7,6 +7,13 @@
 #       async    one task per connection under Async 1.30 (Debian's
 #                ruby-async, nio4r selector)
 #       threads  one Ruby Thread per connection
+#       weft_epoll  weft forced to epoll (WEFT_BACKEND=epoll): the ratio of
+#                weft on its default backend to it says what io_uring
+#                brings Ruby (issue 15: <= 0.8x the CPU per request)
+#     and, when Ruby 3.3 has been built (make test-ruby-latest; the
+#     benchmark does not build it), weft and weft_epoll again under Ruby
+#     3.3 (rb33, rb33_epoll; Async is not run there: Debian's nio4r is
+#     built for 3.1);
 #     requests/s (ratio = weft / peer) and the server's CPU time per request
 #     (user+system of the server process over the run / requests; ratio =
 #     peer / weft), runs interleaved server by server, each under the lock.
@@ -52,13 +59,30 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 12000)); port_free $p && { echo $p; return; }; done; return 1; }
 wait_port() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
 
-servers="weft async threads"
+servers="weft async threads weft_epoll"
+# Ruby 3.3, when scripts/build-ruby-latest.sh has built it.
+rb33=$(bash scripts/build-ruby-latest.sh --print-ruby 2>/dev/null || true)
+rb33_ext=""
+if [ -n "$rb33" ] && [ -x "$rb33" ] && rb33_ext=$(bash scripts/ruby-ext.sh "$rb33" 2>/dev/null); then
+  rb33_v=$("$rb33" -e 'print RUBY_VERSION')
+  servers+=" rb33 rb33_epoll"
+else
+  echo "ruby.sh: Ruby 3.3 not built (make test-ruby-latest): its rows are left out" >&2
+fi
 declare -A port spid label
 label[async]="Async $async_v (nio4r $nio_v)"
 label[threads]="Ruby Thread per connection"
+label[weft_epoll]="Weft::Scheduler on epoll"
+label[rb33_epoll]="Weft::Scheduler on epoll, Ruby ${rb33_v:-3.3}"
 for s in $servers; do
   port[$s]=$(pick_port)
-  "${RB[@]}" examples/ruby/http_server.rb --mode "$s" --port "${port[$s]}" >"$tmp/$s.out" 2>"$tmp/$s.err" &
+  case $s in
+    weft_epoll) cmd=(env WEFT_BACKEND=epoll "${RB[@]}" examples/ruby/http_server.rb --mode weft) ;;
+    rb33)       cmd=("$rb33" -W0 -I "$rb33_ext" -I lib examples/ruby/http_server.rb --mode weft) ;;
+    rb33_epoll) cmd=(env WEFT_BACKEND=epoll "$rb33" -W0 -I "$rb33_ext" -I lib examples/ruby/http_server.rb --mode weft) ;;
+    *)          cmd=("${RB[@]}" examples/ruby/http_server.rb --mode "$s") ;;
+  esac
+  "${cmd[@]}" --port "${port[$s]}" >"$tmp/$s.out" 2>"$tmp/$s.err" &
   spid[$s]=$!
   pids+=($!)
   wait_port "${port[$s]}" || { echo "ruby.sh: the $s server did not start:" >&2; cat "$tmp/$s.err" >&2; exit 1; }
@@ -127,6 +151,14 @@ bench_report $G "http_hello_${conns}conn_vs_threads" req/s higher "${rps[weft]}"
 bench_report $G "http_cpu_per_req" us/req lower "${cpu[weft]}" "${label[async]}" "${cpu[async]}" \
   "server CPU time per request; ratio = peer / weft"
 bench_report $G "http_cpu_per_req_vs_threads" us/req lower "${cpu[weft]}" "${label[threads]}" "${cpu[threads]}"
+bench_report $G "http_cpu_per_req_vs_epoll" us/req lower "${cpu[weft]}" "${label[weft_epoll]}" "${cpu[weft_epoll]}" \
+  "weft on $backend against weft forced to epoll, Ruby $ruby_v; target: <= 0.8x the epoll figure (ratio >= 1.25)"
+if [[ " $servers " == *" rb33 "* ]]; then
+  bench_report $G "http_cpu_per_req_vs_epoll_rb33" us/req lower "${cpu[rb33]}" "${label[rb33_epoll]}" "${cpu[rb33_epoll]}" \
+    "Ruby $rb33_v: weft on $backend against weft forced to epoll; target: <= 0.8x the epoll figure (ratio >= 1.25)"
+  bench_report $G "http_hello_${conns}conn_rb33" req/s higher "${rps[rb33]}" "${label[rb33_epoll]}" "${rps[rb33_epoll]}" \
+    "Ruby $rb33_v: weft on $backend against weft forced to epoll"
+fi
 bench_report $G "sleep0_10k_fibers" ns/op lower "$sleep_w" "${label[async]}" "$sleep_a" \
   "10,000 fibers x 10 sleep(0)"
 bench_report $G "fiber_spawn" ns/fiber lower "$spawn_w" "${label[async]}" "$spawn_a" \
