@@ -808,6 +808,24 @@ static void owner_release(rsched *s, int fd);
 /* The reactor's per-fd state outlives a Ruby IO: when another IO object
  * shows up on a descriptor number with no waiter, treat it as a new
  * descriptor (drops a stale epoll registration, bumps the generation). */
+/* BasicSocket, once the socket library has defined it (Qnil until then). */
+static VALUE basic_socket = Qnil;
+
+/* Whether @io is a BasicSocket (so its descriptor is a socket). */
+static bool is_socket_object(VALUE io)
+{
+    if (NIL_P(basic_socket)) {
+        ID id = rb_intern("BasicSocket");
+        if (!rb_const_defined_at(rb_cObject, id))
+            return false;
+        VALUE c = rb_const_get_at(rb_cObject, id);
+        if (!RB_TYPE_P(c, T_CLASS))
+            return false;
+        basic_socket = c;
+    }
+    return RTEST(rb_obj_is_kind_of(io, basic_socket));
+}
+
 static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
 {
     if (fd < 0)
@@ -839,10 +857,19 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         if (!NIL_P(fi->w_owner))
             owner_release(s, fd); /* its writer's IO is gone */
         fi->io = io;
-        /* What the descriptor is: the reactor's one classification. */
-        (void)weft__fd_kind(&s->r, fd);
-        int fl = fcntl(fd, F_GETFL);
-        s->r.fds[fd].nonblock = fl >= 0 && (fl & O_NONBLOCK);
+        /* What the descriptor is: the reactor's one classification. A
+         * BasicSocket is a socket (Ruby checked when it made the object,
+         * and IO#reopen changes the class with the descriptor), and a
+         * socket's O_NONBLOCK is never consulted (its transfers use
+         * MSG_DONTWAIT): the fstat and the fcntl are two system calls per
+         * accepted connection that a server under churn would pay. */
+        if (is_socket_object(io)) {
+            s->r.fds[fd].kind = WEFT__FD_SOCKET;
+        } else {
+            (void)weft__fd_kind(&s->r, fd);
+            int fl = fcntl(fd, F_GETFL);
+            s->r.fds[fd].nonblock = fl >= 0 && (fl & O_NONBLOCK);
+        }
     }
     return fi;
 }
@@ -2239,6 +2266,7 @@ static VALUE s_stats(VALUE self)
 
 RUBY_FUNC_EXPORTED void Init_weft(void)
 {
+    rb_gc_register_address(&basic_socket);
     static int atfork_done;
     if (!atfork_done) {
         pthread_atfork(NULL, NULL, atfork_child);

@@ -374,4 +374,42 @@ class TestRing < Minitest::Test
       [a, b].each(&:close)
     end
   end
+
+  # A socket object is classified as a socket without asking the kernel;
+  # every other IO still is. When a descriptor number goes from a socket to
+  # a pipe to a file to a socket again within one scheduler, each new IO
+  # object on that number must be treated as what it is (a pipe taken for
+  # a socket would be read with recv: ENOTSOCK).
+  def test_a_reused_descriptor_number_is_classified_again
+    weft do
+      tmp = Tempfile.new("weft-reuse")
+      tmp.write("file data")
+      tmp.close
+      path = tmp.path
+      begin
+        got = []
+        3.times do
+          a, b = UNIXSocket.pair
+          num = a.fileno
+          Fiber.schedule { b.write("sock") }
+          got << a.readpartial(10)
+          a.close
+          b.close
+          r, w = IO.pipe
+          r, w = w, r if w.fileno == num # the number on the read end
+          Fiber.schedule { w.write("pipe"); w.close }
+          got << r.read
+          r.close
+          File.open(path) { |f| got << f.read }
+          c, d = UNIXSocket.pair
+          Fiber.schedule { d.write("again") }
+          got << c.readpartial(10)
+          [c, d].each(&:close)
+        end
+        assert_equal (%w[sock pipe] + ["file data", "again"]) * 3, got
+      ensure
+        tmp.unlink
+      end
+    end
+  end
 end

@@ -216,8 +216,12 @@ class TestStress < Minitest::Test
         sleep 30
       end
     end
-    deadline = now + 10
+    # A guard against a hang, not a time limit: under GC.stress on a loaded
+    # machine, starting 21 fibers took over 10 s (the first version's
+    # bound, which then killed the thread early and failed on the count).
+    deadline = now + 300
     Thread.pass until (started == fibers && t.status == "sleep") || now > deadline
+    assert_equal fibers, started, "not every fiber started before the kill"
     t.kill
     refute_nil t.join(10), "the killed thread did not end"
     assert_equal fibers, ensured.size
