@@ -52,7 +52,7 @@ if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/
   step "aarch64 (cross-compiled, run under qemu-user)"
   build tests CC=aarch64-linux-gnu-gcc BUILD=build/aarch64
   WEFT_TEST_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" WEFT_TEST_TIMEOUT=300 \
-    WEFT_TEST_FILTER="${WEFT_AARCH64_FILTER:-t_(switch|bufread|cancel|cancel_race|chan|close_wait|dial|echo|fls|future|http_parse|join_detach|ops|overflow|pipe|proc|ring_tiny|sched|scope|signal|socket|sync_mutex|sync_prims|thread_sync|thread_wakeup|timer|udp)\$}" \
+    WEFT_TEST_FILTER="${WEFT_AARCH64_FILTER:-t_(switch|bufread|cancel|cancel_race|chan|close_wait|dial|echo|fls|future|http_parse|join_detach|ops|overflow|pipe|proc|ring_tiny|sched|scope|signal|socket|spawn_cache|sync_mutex|sync_prims|thread_sync|thread_wakeup|timer|udp)\$}" \
     bash test/c/run.sh build/aarch64/tests aarch64 epoll || status=1
 else
   echo "aarch64 cross toolchain or qemu-user missing: FAILED to run aarch64 tests"
