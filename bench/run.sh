@@ -10,7 +10,7 @@
 # bench/results/latest.json with the machine, kernel, compilers and date,
 # prints the summary table, and, if gnuplot is installed, draws one chart
 # per group, bench/results/ratios_GROUP.png (core, sync, io, http, churn,
-# ruby, pool, sys): horizontal bars from 1 (parity) to each ratio, one row per peer
+# ruby, pool, sys, tls): horizontal bars from 1 (parity) to each ratio, one row per peer
 # under each benchmark's name, on a log scale where a group's ratios span
 # 4x or more.
 #
@@ -39,7 +39,7 @@ plot_charts() {
               /"cpu":/ { cpu = val("cpu") } /^ *"kernel":/ { k = val("kernel") } /^ *"date":/ { d = val("date") }
               END { printf "%s, kernel %s, %s", cpu, k, d }' "$json")
   dat=$(mktemp /tmp/weft-chart.XXXXXX.dat); gp=$(mktemp /tmp/weft-chart.XXXXXX.gp)
-  for g in core sync io http churn ruby pool sys; do
+  for g in core sync io http churn ruby pool sys tls; do
     # Rows: a benchmark's name (a label), then its peers' bars, then a gap;
     # NAME_epoll (weft forced to epoll) joins NAME's rows. dat columns:
     # y ratio xlow xhigh colour "peer" "value"; gp: the labels, the x range
