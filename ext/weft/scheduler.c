@@ -92,6 +92,11 @@ typedef struct fdinfo {
      * never split by another fiber's write. Qnil: none. */
     VALUE w_owner;
     weft__list w_waiters;    /* rwaits of fibers waiting for w_owner    */
+    /* An attempt on this IO found it not ready, or a fiber waited on it:
+     * from then on its single attempts may be ring ops (do_io). A fresh
+     * connection's first read and write stay system calls: its request is
+     * usually there already and its answer goes out at once. */
+    uint8_t waited;
 } fdinfo;
 
 struct rsched {
@@ -840,6 +845,7 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
             s->fdi[i].io = Qnil;
             s->fdi[i].w_owner = Qnil;
             s->fdi[i].w_waiters = (weft__list){NULL, NULL};
+            s->fdi[i].waited = 0;
         }
         s->nfdi = n;
     }
@@ -857,6 +863,7 @@ static fdinfo *fd_prepare(rsched *s, int fd, VALUE io)
         if (!NIL_P(fi->w_owner))
             owner_release(s, fd); /* its writer's IO is gone */
         fi->io = io;
+        fi->waited = 0;
         /* What the descriptor is: the reactor's one classification. A
          * BasicSocket is a socket (Ruby checked when it made the object,
          * and IO#reopen changes the class with the descriptor), and a
@@ -1082,6 +1089,7 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
                  ? poll_now(fd, ev) : 0;
     if (rc == 0 && deadline != 0) {
         fdinfo *fi = fd_prepare(s, fd, io);
+        fi->waited = 1;
         bool split = ev == WEFT_WRITABLE && s->lw_fiber == cur && s->lw_fd == fd &&
                      s->hook_seq == s->lw_seq + 1 &&
                      (NIL_P(fi->w_owner) || fi->w_owner == cur);
@@ -1318,7 +1326,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         rb_raise(rb_eArgError, "offset %zu beyond buffer size %zu", offset, size);
     if (length > size - offset)
         length = size - offset;
-    fd_prepare(s, fd, io);
+    fdinfo *fi = fd_prepare(s, fd, io);
     const int kind = s->r.fds[fd].kind;
     const bool is_file = kind == WEFT__FD_FILE, is_sock = kind == WEFT__FD_SOCKET;
     const bool positioned = op == OP_PREAD || op == OP_PWRITE;
@@ -1350,7 +1358,11 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
      * relies on that). Only in a fiber this scheduler runs: one it did not
      * switch into (an Enumerator's, a fiber the user resumed) must not
      * wait where the system call would not have (Enumerator#next over a
-     * socket: its fiber would yield to #next's caller).
+     * socket: its fiber would yield to #next's caller). Only on an IO
+     * found not ready before (fdinfo.waited): a fresh connection's
+     * request is usually there already and its answer goes out at once,
+     * so under connection churn the ring op only added two fiber switches
+     * and a loop round per connection.
      * That costs a switch to the loop and back instead of a system call,
      * and wins: the loop submits every fiber's op in one io_uring_enter,
      * and a keep-alive Ruby server spends ~25% less CPU per request than
@@ -1359,7 +1371,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
     bool has_ops = weft__reactor_has_ops(&s->r);
     VALUE cur = rb_fiber_current();
     bool once = length == 0 && is_sock && !positioned && s->entered == cur &&
-                !weft__list_empty(&s->ready);
+                fi->waited && !weft__list_empty(&s->ready);
     bool ring = deadline != 0 && (is_file || ((length > 0 || once) && !positioned)) &&
                 weft__reactor_use_op(&s->r, kind, ring_op);
     size_t total = 0;
@@ -1479,6 +1491,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             continue;
         }
         if (!total && (err == EAGAIN || err == EWOULDBLOCK)) {
+            s->fdi[fd].waited = 1;
             s->ea_seq = s->hook_seq;
             s->ea_fiber = cur;
             s->ea_fd = fd;

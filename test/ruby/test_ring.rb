@@ -412,4 +412,43 @@ class TestRing < Minitest::Test
       end
     end
   end
+
+  # The single attempt of Ruby's own IO methods goes to the ring only on an
+  # IO that has been found not ready before: a fresh connection's request is
+  # usually there already, and a ring op would only add two switches and a
+  # loop round. Between the counter reads below no other fiber runs unless
+  # the attempt itself switched, so a system call leaves the count alone.
+  def test_single_attempts_use_the_ring_only_after_the_io_was_not_ready
+    socket_pairs.each do |a, b|
+      weft do |s|
+        got = []
+        deltas = []
+        done = false
+        barrier = Weft::Barrier.new
+        2.times { barrier.spawn { sleep 0 until done } }
+        barrier.spawn do
+          b.write("first")
+          before = s.stats[:ring_ops]
+          got << a.readpartial(10)             # fresh: a system call
+          deltas << s.stats[:ring_ops] - before
+          Fiber.schedule { sleep 0.01; b.write("second") }
+          got << a.readpartial(10)             # not ready: waits, remembered
+          b.write("third")
+          before = s.stats[:ring_ops]
+          got << a.readpartial(10)             # others are ready: the ring
+          deltas << s.stats[:ring_ops] - before
+        ensure
+          done = true
+        end
+        barrier.wait
+        assert_equal %w[first second third], got
+        if uring?(s)
+          assert_equal 0, deltas[0], "a fresh socket's first attempt went to the ring"
+          assert_operator deltas[1], :>, 0, "the attempt after a wait was not a ring op"
+        end
+        assert_no_ops(s)
+      end
+      [a, b].each(&:close)
+    end
+  end
 end
