@@ -29,7 +29,12 @@
     .globl  weft__ctx_switch
     .hidden weft__ctx_switch
     .type   weft__ctx_switch, @function
-    .p2align 4
+    /* On a cache line's start: the switch's 71 bytes then take the same
+     * two lines wherever the linker puts the object. At 16-byte
+     * alignment its placement moved with unrelated files (splitting the
+     * worker pool out, a69ac11, made bench/core_switch raw ~7% slower
+     * with the same instructions: git bisect, interleaved runs). */
+    .p2align 6
 weft__ctx_switch:
     movq    %rsp,  8(%rdi)
     movq    %rbx, 16(%rdi)
