@@ -61,7 +61,7 @@ static cnode *cq_head(const cqueue *q)
 }
 
 /* First node whose selection still waits; dead ones are unlinked. */
-static cnode *cq_first(cqueue *q)
+static inline cnode *cq_first(cqueue *q)
 {
     cnode *n;
     while ((n = cq_head(q)) && !n->sel->w.active)
