@@ -105,8 +105,17 @@ static inline void after_switch(weft_sched_t *s, weft__fiber *self)
         release_zombie(s);
 }
 
-static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to)
+/* What every switch into @to does before the jump: @to becomes the
+ * running fiber, and the sanitizers learn of the stack change (@from: the
+ * fiber leaving, whose fake stack ASan keeps; NULL when it never runs
+ * again). Always inlined: after __tsan_switch_to_fiber nothing may return
+ * through an instrumented frame before the switch (TSan's function-exit
+ * hook would run on the new fiber's shadow stack and crash). */
+static inline __attribute__((always_inline)) void switch_in(weft_sched_t *s,
+                                                            weft__fiber *from,
+                                                            weft__fiber *to)
 {
+    (void)from;
     s->current = to;
     to->state = WEFT__F_RUNNING;
     s->switches++;
@@ -120,11 +129,16 @@ static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to
         lo = to->stack.base + to->stack.guard;
         size = to->stack.map_size - to->stack.guard;
     }
-    __sanitizer_start_switch_fiber(&from->asan_fake, lo, size);
+    __sanitizer_start_switch_fiber(from ? &from->asan_fake : NULL, lo, size);
 #endif
 #ifdef WEFT_TSAN
     __tsan_switch_to_fiber(to->tsan_fiber, 0);
 #endif
+}
+
+static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to)
+{
+    switch_in(s, from, to);
     weft__ctx_switch(&from->ctx, &to->ctx);
     after_switch(s, from);
 }
@@ -132,24 +146,7 @@ static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to
 /* The last switch of a finished fiber: its context is not saved. */
 static _Noreturn void exit_switch(weft_sched_t *s, weft__fiber *to)
 {
-    s->current = to;
-    to->state = WEFT__F_RUNNING;
-    s->switches++;
-#ifdef WEFT_ASAN
-    const void *lo;
-    size_t size;
-    if (to->is_main) {
-        lo = s->main_stack_lo;
-        size = s->main_stack_size;
-    } else {
-        lo = to->stack.base + to->stack.guard;
-        size = to->stack.map_size - to->stack.guard;
-    }
-    __sanitizer_start_switch_fiber(NULL, lo, size);
-#endif
-#ifdef WEFT_TSAN
-    __tsan_switch_to_fiber(to->tsan_fiber, 0);
-#endif
+    switch_in(s, NULL, to);
     weft__ctx_exit(&to->ctx);
 }
 
