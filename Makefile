@@ -10,6 +10,10 @@
 # Variables: CC, BUILD (output dir), SAN (e.g. address,undefined),
 # CTX=ucontext (force the portable context switch), OPT.
 
+# `make` alone builds everything the README says (the probes' rule below
+# would otherwise be the first, and so the default, goal).
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 BUILD   ?= build
 PREFIX  ?= /usr/local
