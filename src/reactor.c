@@ -325,8 +325,15 @@ void weft__reactor_post_node(weft__reactor *r, weft__post *p)
         r->post_head = p;
     r->post_tail = p;
     atomic_fetch_add(&r->posted, 1);
-    pthread_mutex_unlock(&r->post_lock);
+    /* Wake while still holding the lock: once the node is visible the
+     * loop may run it (it sees `posted` without waiting for the eventfd),
+     * its owner may then finish and close the reactor, and the eventfd's
+     * number may belong to another file by the time a wake-up after the
+     * unlock wrote to it (or the reactor's memory to someone else). The
+     * loop takes the lock to drain, so it cannot get past this point
+     * until the unlock, and nothing of @r is touched after it. */
     weft__reactor_wake(r);
+    pthread_mutex_unlock(&r->post_lock);
 }
 
 void weft__reactor_wake(weft__reactor *r)
@@ -448,6 +455,10 @@ void weft__reactor_fini(weft__reactor *r)
     r->post_head = r->post_tail = NULL;
     atomic_store(&r->posted, 0);
     r->ops->fini(r);
+    /* A thread still inside weft__reactor_post_node (its node already
+     * drained) leaves the lock before the lock and the eventfd go. */
+    pthread_mutex_lock(&r->post_lock);
+    pthread_mutex_unlock(&r->post_lock);
     close(r->wakefd);
     pthread_mutex_destroy(&r->post_lock);
     weft__heap_fini(&r->timers);
