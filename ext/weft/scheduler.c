@@ -105,6 +105,15 @@ struct rsched {
     weft__list all;            /* rwait.anode: every wait               */
     weft__list ready;          /* rwait.rnode: completed, to dispatch    */
     st_table *waiting;         /* fiber -> rwait*                        */
+    /* Fibers inside #exclusive (fiber -> depth) and their count: while
+     * one of them waits for I/O, a timer or a file op, the reactor runs
+     * on that fiber and no other fiber is switched into (wait_inline). */
+    st_table *pins;
+    long npins;
+    /* Fibers this scheduler started (Fiber.schedule) and that have not
+     * ended: only these are in a resume chain of the scheduler's making
+     * (see "switching"). */
+    st_table *own;
     weft__list intrs;          /* rintr.node                            */
     fdinfo *fdi;
     int nfdi;
@@ -225,6 +234,10 @@ static void s_free(void *p)
     free_heap_intrs(s);
     if (s->waiting)
         st_free_table(s->waiting);
+    if (s->pins)
+        st_free_table(s->pins);
+    if (s->own)
+        st_free_table(s->own);
     xfree(s->fdi);
     pthread_mutex_destroy(&s->lock);
     xfree(s);
@@ -264,6 +277,7 @@ static VALUE s_alloc(VALUE klass)
     s->ea_fd = -1;
     s->report = true;
     s->waiting = st_init_numtable();
+    s->own = st_init_numtable();
     pthread_mutex_init(&s->lock, NULL);
     s->fork_gen = fork_generation;
     s->pid = getpid();
@@ -648,10 +662,43 @@ static void run_loop(rsched *s, rwait *until, VALUE until_fiber)
     rb_ensure(loop_body, (VALUE)&a, loop_ensure, (VALUE)&a);
 }
 
+static bool is_pinned(rsched *s, VALUE fiber)
+{
+    st_data_t depth;
+    return s->pins && st_lookup(s->pins, (st_data_t)fiber, &depth) && depth > 0;
+}
+
+/* The wait of a fiber inside #exclusive: run the reactor on this fiber
+ * until @rw completes, switching into no other fiber. Fibers that become
+ * ready meanwhile stay on the ready list for the loop. */
+static void wait_inline(rsched *s, rwait *rw)
+{
+    while (rw->epoch == s->epoch) {
+        if (rw->queued) {
+            rq_remove(s, rw);
+            break;
+        }
+        if (!rw->w.active)
+            break;
+        maybe_sweep(s);
+        (void)weft__reactor_run_once(&s->r, false);
+        if (rw->queued || !rw->w.active)
+            continue;
+        rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
+        rb_thread_check_ints();
+    }
+}
+
 /* Switch away until @rw completes and the scheduler switches back to us. */
 static void wait_for(rsched *s, rwait *rw)
 {
     VALUE self = rw->fiber;
+    /* Inside #exclusive only a wait that another fiber must end (block:
+     * a Mutex, a Queue, a join) lets the others run. */
+    if (RB_UNLIKELY(s->npins) && rw->kind != RW_BLOCK && is_pinned(s, self)) {
+        wait_inline(s, rw);
+        return;
+    }
     if (self == s->loop_fiber) {
         /* The loop fiber itself waits (a fiber that called #run): run the
          * loop here until this wait is dispatched. */
@@ -661,6 +708,15 @@ static void wait_for(rsched *s, rwait *rw)
     }
     int mode = entry_mode(s, self);
     while (!rw_done(rw) && rw->epoch == s->epoch) {
+        if (mode == M_UNKNOWN && !st_is_member(s->own, (st_data_t)self)) {
+            /* A fiber this scheduler did not start (an Enumerator's, on
+             * Ruby >= 3.3 non-blocking like its creator; a Fiber.new of
+             * the program's): a Fiber.yield would hand its resumer a value
+             * (Enumerator#next would return nil). It waits as a fiber in
+             * transfer mode does, and is transferred back into. */
+            mode = M_TRANSFER;
+            continue;
+        }
         if (mode == M_CHAINED || mode == M_UNKNOWN) {
             /* Back to whoever resumed us; we come back when the scheduler
              * dispatches this wait (or someone resumes us again). */
@@ -959,9 +1015,14 @@ static VALUE s_backend(VALUE self)
  * land between the two halves. So io_wait first looks whether the
  * descriptor is writable (it nearly always is: no switch), and if it must
  * really wait right after this fiber's own write to the descriptor, the
- * fiber becomes the descriptor's writer: other fibers' io_write calls on
- * it wait until the writer's next io_write is done. (Ruby 3.2+ holds the
- * IO's write lock across the whole call instead.) */
+ * fiber becomes the descriptor's writer for as long as that wait lasts:
+ * other fibers' io_write calls on it wait. Once the wait is over the
+ * writer runs, and nothing else does until its next hook call, which is
+ * the rest of the write; so the role ends with the wait. Keeping it any
+ * longer would hang the others when no rest follows: a buffered IO
+ * (sync = false) waits for writability inside a flush and then only
+ * copies into its buffer. (Ruby 3.2+ holds the IO's write lock across the
+ * whole call instead.) */
 
 static void owner_unlink(rsched *s, rwait *rw)
 {
@@ -1096,13 +1157,12 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
         if (!split) {
             rc = wait_fd(s, fd, ev, deadline);
         } else {
-            fi->w_owner = cur; /* until our next io_write on it is done */
+            fi->w_owner = cur; /* while this wait lasts */
             struct iowait_arg a = {s, fd, ev, deadline, 0};
             int state = 0;
             rb_protect(iowait_body, (VALUE)&a, &state);
             rc = a.rc;
-            if (state || rc <= 0)
-                owner_release(s, fd);
+            owner_release(s, fd);
             if (state)
                 rb_jump_tag(state);
         }
@@ -1979,11 +2039,27 @@ static VALUE entry_failed(VALUE p, VALUE exc)
     return Qnil;
 }
 
+static VALUE entry_body(VALUE p)
+{
+    return rb_rescue2(entry_call, p, entry_failed, p, rb_eException, (VALUE)0);
+}
+
+/* The fiber has ended: it is no longer one of the scheduler's own. */
+static VALUE entry_done(VALUE p)
+{
+    (void)p;
+    VALUE sched = rb_fiber_scheduler_get();
+    if (!NIL_P(sched) && rb_typeddata_is_kind_of(sched, &sched_type)) {
+        st_data_t key = (st_data_t)rb_fiber_current();
+        st_delete(get_raw(sched)->own, &key, NULL);
+    }
+    return Qnil;
+}
+
 static VALUE entry_run(VALUE proc, int argc, const VALUE *argv, bool quiet)
 {
     struct entry_arg a = {proc, argc, argv, quiet};
-    return rb_rescue2(entry_call, (VALUE)&a, entry_failed, (VALUE)&a,
-                      rb_eException, (VALUE)0);
+    return rb_ensure(entry_body, (VALUE)&a, entry_done, (VALUE)&a);
 }
 
 static VALUE fiber_entry(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, proc))
@@ -2053,6 +2129,7 @@ static VALUE start_fiber(VALUE self, int argc, VALUE *argv, bool quiet)
     VALUE proc = rb_block_proc();
     VALUE body = rb_proc_new(quiet ? fiber_entry_quiet : fiber_entry, proc);
     VALUE fiber = rb_funcall_with_block(cFiber, id_new, 0, NULL, body);
+    st_insert(s->own, (st_data_t)fiber, 1);
     /* Both stay on this stack until Fiber#initialize has taken the block:
      * the passed block is no GC root, and Fiber.new allocates (under
      * GC.stress on Ruby 3.3 a collected @body crashed Fiber#initialize). */
@@ -2113,6 +2190,10 @@ static void abandon_fibers(rsched *s)
     s->epoch++;
     s->all = s->ready = (weft__list){NULL, NULL};
     st_clear(s->waiting);
+    st_clear(s->own);
+    if (s->pins)
+        st_clear(s->pins);
+    s->npins = 0;
     free_heap_intrs(s);
 }
 
@@ -2224,6 +2305,61 @@ static VALUE s_fiber_interrupt(VALUE self, VALUE fiber, VALUE exc)
 /* stop(exception): queue @exception for every fiber waiting in a hook and
  * wake them all (Weft.run uses it with Weft::Stop on Interrupt). Returns
  * the number of fibers interrupted. */
+struct pin_arg {
+    rsched *s;
+    VALUE fiber;
+};
+
+static VALUE pin_body(VALUE p)
+{
+    (void)p;
+    return rb_yield(Qnil);
+}
+
+static VALUE pin_release(VALUE p)
+{
+    struct pin_arg *a = (struct pin_arg *)p;
+    rsched *s = a->s;
+    st_data_t key = (st_data_t)a->fiber, depth;
+    if (!s->pins || !st_lookup(s->pins, key, &depth))
+        return Qnil; /* forgotten since (abandoned fibers) */
+    if (depth > 1)
+        st_insert(s->pins, key, depth - 1);
+    else
+        st_delete(s->pins, &key, NULL);
+    s->npins--;
+    return Qnil;
+}
+
+/*
+ * exclusive { ... } -> the block's value
+ *
+ * Runs the block in the current fiber so that, while it waits for I/O, a
+ * timer, a file operation or sleep, no other fiber of this scheduler
+ * runs: the event loop runs on this fiber until its wait is over, and
+ * fibers that became ready meanwhile run after the block. A wait that
+ * only another fiber can end (Mutex, Queue, ConditionVariable, join)
+ * still lets the others run, or it could never end. Nests; without a
+ * scheduler loop it simply yields.
+ *
+ * Weft uses it around Kernel#require, #require_relative and #load on
+ * Ruby 3.1, whose autoload and require treat a load begun by another fiber
+ * of the same thread as finished (lib/weft/scheduler.rb).
+ */
+static VALUE s_exclusive(VALUE self)
+{
+    rb_need_block();
+    rsched *s = get_sched(self);
+    struct pin_arg a = {s, rb_fiber_current()};
+    if (!s->pins)
+        s->pins = st_init_numtable();
+    st_data_t depth = 0;
+    st_lookup(s->pins, (st_data_t)a.fiber, &depth);
+    st_insert(s->pins, (st_data_t)a.fiber, depth + 1);
+    s->npins++;
+    return rb_ensure(pin_body, (VALUE)&a, pin_release, (VALUE)&a);
+}
+
 static VALUE s_stop(VALUE self, VALUE exc)
 {
     rsched *s = get_sched(self);
@@ -2332,6 +2468,7 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     rb_define_method(cScheduler, "timeout_after", s_timeout_after, -1);
     rb_define_method(cScheduler, "fiber_interrupt", s_fiber_interrupt, 2);
     rb_define_method(cScheduler, "stats", s_stats, 0);
+    rb_define_method(cScheduler, "exclusive", s_exclusive, 0);
     rb_define_singleton_method(cScheduler, "pidfd_open", s_pidfd_open, 1);
     rb_define_singleton_method(cScheduler, "_set_offset_encoding",
                                s_set_offset_encoding, 2);

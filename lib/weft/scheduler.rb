@@ -145,3 +145,46 @@ module Weft
     end)
   end
 end
+
+module Weft
+  # Ruby 3.1 keeps its "this file is being loaded" and "this constant is
+  # being autoloaded" marks per thread, not per fiber: while one fiber is
+  # inside `require "x"` (or an autoload's require), another fiber of the
+  # same thread that requires "x" gets false at once, and one that touches
+  # the autoloaded constant gets NameError, both before the file has been
+  # run. A fiber that waits inside a load (the file read itself is a
+  # scheduler hook, so is a sleep or a socket at load time) must therefore
+  # not let the others run: each load runs under Scheduler#exclusive, and
+  # the event loop runs on the loading fiber until the load is done. Ruby
+  # >= 3.2 tracks loads per fiber, so this is 3.1 only.
+  module LoadExclusive
+    private
+
+    def require(path)
+      scheduler = Fiber.scheduler
+      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.exclusive { super }
+    end
+
+    def load(path, wrap = false)
+      scheduler = Fiber.scheduler
+      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.exclusive { super }
+    end
+
+    # require_relative resolves @path against the file of its caller,
+    # which would be this one if it called super: resolve it here, as Ruby
+    # does (against the caller's real path), and require the result.
+    def require_relative(path)
+      base = caller_locations(1, 1).first&.absolute_path
+      raise LoadError, "cannot infer basepath" unless base
+
+      require(File.expand_path(path, File.dirname(File.realpath(base))))
+    end
+  end
+  private_constant :LoadExclusive
+
+  Kernel.prepend(LoadExclusive) if RUBY_VERSION < "3.2"
+end
