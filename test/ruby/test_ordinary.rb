@@ -237,7 +237,11 @@ class TestOrdinary < Minitest::Test
     RUBY
     refute status.success?
     assert_match(/in synchronize/, out)
-    assert_match(/lock already owned by another fiber/, out)
+    # Ruby's own verdict, which depends on the build: a ThreadError where
+    # Mutex#lock checks for an owner in the same thread (3.3), the
+    # deadlock detector's fatal error where it does not (Debian 12's
+    # ruby3.1 3.1.7+really3.1.2 package). Either way an error, not a hang.
+    assert_match(/lock already owned by another fiber|No live threads left\. Deadlock\?/, out)
   end
 
   # 6. IO.select through the scheduler (Ruby 3.1 has no hook for it).
