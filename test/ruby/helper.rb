@@ -16,10 +16,19 @@ module WeftTestHelper
   def setup
     super
     name = "#{self.class}##{@NAME}"
+    main = Thread.current
     @watchdog = Thread.new do
       sleep WATCHDOG_SECONDS
       warn "\nweft watchdog: #{name} still running after #{WATCHDOG_SECONDS}s"
       Thread.list.each { |t| warn t.backtrace&.first(12)&.join("\n  ") }
+      # A failure of the test by name (minitest counts Assertion itself,
+      # not subclasses); the file's other tests still run.
+      main.raise(Minitest::Assertion, "#{name} hung: still running after #{WATCHDOG_SECONDS}s")
+      # A test that does not unwind ends the process; the runner
+      # (scripts/test.d/ruby.sh) counts it as failed and runs the file's
+      # remaining tests in a new process.
+      sleep Integer(ENV.fetch("WEFT_RUBY_TEST_UNWIND", "20"))
+      warn "weft watchdog: #{name} did not unwind; exiting"
       exit!(3)
     end
   end
