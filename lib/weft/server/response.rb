@@ -1,0 +1,303 @@
+# frozen_string_literal: true
+
+require "weft/server/stream"
+
+module Weft
+  class Server
+    # Calling the app and writing its response (mixed into Connection).
+    module Response
+      BINARY = Encoding::BINARY
+      TOKEN = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/.freeze
+      BAD_VALUE = /[\r\n\0]/.freeze
+      CRLF = "\r\n"
+      LAST_CHUNK = "0\r\n\r\n"
+      CLOSE = "connection: close\r\n"
+      KEEP_ALIVE = "connection: keep-alive\r\n"
+      CHUNKED = "transfer-encoding: chunked\r\n"
+      STATUS_LINES = Hash.new do |h, status|
+        h[status] = "HTTP/1.1 #{status} #{Weft::HTTP.reason(status)}\r\n".b.freeze if status.is_a?(Integer)
+      end
+      # Response header names the server acts on, in the spellings apps
+      # use; others are looked up again in lower case when their length
+      # matches one of these.
+      SPECIAL = {}.tap do |h|
+        %w[content-length transfer-encoding connection date server].each do |name|
+          h[name] = name
+          h[name.split("-").map(&:capitalize).join("-")] = name
+          h[name.upcase] = name
+        end
+      end.freeze
+      SPECIAL_LENGTHS = SPECIAL.keys.map(&:bytesize).uniq.freeze
+      # Exceptions the server lets through instead of answering 500.
+      FATAL = [Weft::Stop, NoMemoryError, SignalException, SystemExit].freeze
+      ERROR_BODY = "Internal Server Error"
+
+      # An app's response the server cannot send: 500 and a log line
+      # naming the problem.
+      class Invalid < StandardError; end
+
+      private
+
+      # Call the app and answer; true when the connection stays open.
+      def respond(env, keep, head_only, minor)
+        body = nil
+        begin
+          status, headers, body = @app_response = @server.app.call(env)
+        rescue *FATAL
+          raise
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}", e)
+          return internal_error(env, keep)
+        end
+        return false if @hijacked # full hijack: the app owns the socket now
+
+        keep = write_response(env, status, headers, body, keep, head_only, minor)
+        @server._served
+        keep
+      ensure
+        close_body(body, env)
+      end
+
+      def close_body(body, env)
+        body.close if body.respond_to?(:close)
+      rescue *FATAL
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.close", e)
+      end
+
+      def internal_error(env, keep)
+        write_head_only(500, ERROR_BODY, keep)
+        @log.access(@remote_addr, env, 500, ERROR_BODY.bytesize)
+        @server._served
+        keep
+      end
+
+      def write_head_only(status, text, keep)
+        @sock.write("#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{text.bytesize}\r\n" \
+                    "#{@server.date_line}#{keep ? "" : CLOSE}\r\n#{text}")
+      end
+
+      # The answer to a refused request, then the connection closes.
+      def write_error(status)
+        write_head_only(status, Weft::HTTP.reason(status), false)
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      # Validate and send; returns whether the connection persists.
+      def write_response(env, status, headers, body, keep, head_only, minor)
+        code = status_code(status)
+        head = String.new(STATUS_LINES[code], encoding: BINARY, capacity: 512)
+        length, chunked_by_app, hijack, keep = add_headers(head, headers, keep, minor)
+        # 1xx, 204 and 304 have no body; nor has an answer to HEAD.
+        no_body = head_only || code < 200 || code == 204 || code == 304
+
+        if hijack
+          head << CLOSE << CRLF
+          @sock.write(head)
+          @log.access(@remote_addr, env, code, 0)
+          @hijacked = true
+          hijack.call(@sock)
+          return false
+        end
+
+        if body.respond_to?(:to_ary) && (parts = body.to_ary)
+          send_parts(env, head, code, parts, length, chunked_by_app, no_body, keep)
+        elsif !no_body && body.respond_to?(:to_path) && !body.respond_to?(:call) && File.file?(path = body.to_path.to_s)
+          send_file(env, head, code, path, length, keep)
+        elsif body.respond_to?(:each)
+          send_each(env, head, code, body, length || chunked_by_app, no_body, keep, minor)
+        elsif body.respond_to?(:call)
+          send_stream(env, head, code, body, length, no_body)
+        else
+          raise Invalid, "the body (#{body.class}) responds to none of each, to_ary, to_path, call"
+        end
+      rescue Invalid => e
+        @log.error("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: invalid response from the app: #{e.message}")
+        internal_error(env, keep)
+      end
+
+      def status_code(status)
+        code = status.is_a?(Integer) ? status : Integer(status.to_s, 10)
+        raise Invalid, "status #{status.inspect} is not between 100 and 999" unless code.between?(100, 999)
+
+        code
+      rescue ArgumentError, TypeError
+        raise Invalid, "status #{status.inspect} is not an Integer"
+      end
+
+      # Append the app's header fields (validated), Date, Server and our
+      # Connection field to +head+. Returns [content-length or nil,
+      # app-chunked?, partial hijack callback or nil, keep].
+      def add_headers(head, headers, keep, minor)
+        raise Invalid, "headers (#{headers.class}) do not respond to each" unless headers.respond_to?(:each)
+
+        length = nil
+        chunked = false
+        date = server = false
+        hijack = nil
+        headers.each do |name, value|
+          raise Invalid, "header name #{name.inspect} is not a String" unless name.is_a?(String)
+
+          special = SPECIAL[name] || (SPECIAL_LENGTHS.include?(name.bytesize) && SPECIAL[name.downcase])
+          if name.start_with?("rack.")
+            if name == "rack.hijack"
+              raise Invalid, "rack.hijack header does not respond to call" unless value.respond_to?(:call)
+
+              hijack = value
+            end
+            next
+          end
+          raise Invalid, "header name #{name.inspect} is not a token" unless TOKEN.match?(name)
+
+          values = header_values(name, value)
+          case special
+          when "content-length"
+            raise Invalid, "content-length #{value.inspect} is not a number" unless values.size == 1 && /\A\d+\z/.match?(values[0])
+
+            length = values[0].to_i
+          when "transfer-encoding" then chunked = true
+          when "connection"
+            keep = false if values.any? { |v| v.casecmp?("close") }
+            next # ours is written below
+          when "date" then date = true
+          when "server" then server = true
+          end
+          values.each do |v|
+            head << name << ": " << (v.ascii_only? ? v : v.b) << CRLF
+          end
+        end
+        head << @server.date_line unless date
+        head << @server.server_line unless server
+        head << CLOSE if !keep && !hijack
+        head << KEEP_ALIVE if keep && minor.zero?
+        [length, chunked, hijack, keep]
+      end
+
+      # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
+      # joined by "\n" for repeated fields) as an Array of field values,
+      # each free of CR, LF and NUL.
+      def header_values(name, value)
+        values =
+          if value.is_a?(String)
+            value.include?("\n") ? value.split("\n") : [value]
+          elsif value.is_a?(Array) && value.all?(String)
+            value
+          else
+            raise Invalid, "header #{name} has a #{value.class} value (Strings only)"
+          end
+        values.each do |v|
+          raise Invalid, "header #{name} value #{v.inspect} has CR, LF or NUL" if BAD_VALUE.match?(v)
+        end
+        values
+      end
+
+      # A body given as an Array (to_ary): one write, Content-Length added.
+      def send_parts(env, head, code, parts, length, chunked_by_app, no_body, keep)
+        bytes = 0
+        parts.each do |p|
+          raise Invalid, "body part #{p.class} is not a String" unless p.is_a?(String)
+
+          bytes += p.bytesize
+        end
+        head << "content-length: #{bytes}\r\n" unless length || chunked_by_app || code < 200 || code == 204 || code == 304
+        head << CRLF
+        if no_body || bytes.zero?
+          @sock.write(head)
+        elsif parts.size == 1
+          @sock.write(head, parts[0])
+        elsif parts.size <= 64
+          @sock.write(head, *parts)
+        else
+          parts.each { |p| head << (p.ascii_only? ? p : p.b) }
+          @sock.write(head)
+        end
+        @log.access(@remote_addr, env, code, no_body ? 0 : bytes)
+        keep
+      end
+
+      # A file body (to_path): sent by the kernel (sendfile through
+      # IO.copy_stream), never read into Ruby strings.
+      def send_file(env, head, code, path, length, keep)
+        File.open(path, "rb") do |file|
+          size = length || file.size
+          head << "content-length: #{size}\r\n" unless length
+          head << CRLF
+          @sock.write(head)
+          IO.copy_stream(file, @sock, size)
+          @log.access(@remote_addr, env, code, size)
+        end
+        keep
+      end
+
+      # A body that yields its parts (each): written as they come, framed
+      # by the app's Content-Length, or chunked (HTTP/1.1), or by closing
+      # the connection (HTTP/1.0). The head goes out with the first part.
+      def send_each(env, head, code, body, framed, no_body, keep, minor)
+        chunk = false
+        unless framed || no_body || code < 200 || code == 204 || code == 304
+          if minor.zero?
+            head << CLOSE if keep
+            keep = false
+          else
+            head << CHUNKED
+            chunk = true
+          end
+        end
+        head << CRLF
+        pending = head
+        bytes = 0
+        begin
+          body.each do |part|
+            raise Invalid, "body part #{part.class} is not a String" unless part.is_a?(String)
+            next if no_body || part.empty?
+
+            bytes += part.bytesize
+            if chunk
+              size = "#{part.bytesize.to_s(16)}\r\n"
+              pending ? @sock.write(pending, size, part, CRLF) : @sock.write(size, part, CRLF)
+            else
+              pending ? @sock.write(pending, part) : @sock.write(part)
+            end
+            pending = nil
+          end
+        rescue Invalid, StandardError => e
+          raise if e.is_a?(IOError) || e.is_a?(SystemCallError) # the peer left
+          raise if pending && e.is_a?(Invalid) # nothing sent: answer 500
+
+          if pending
+            @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.each", e)
+            return internal_error(env, keep)
+          end
+          # The head is out: all we can do is end the connection, so the
+          # client sees a truncated (never a complete-looking) answer.
+          @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.each after the head was sent", e)
+          return false
+        end
+        if pending
+          pending << LAST_CHUNK if chunk
+          @sock.write(pending)
+        elsif chunk
+          @sock.write(LAST_CHUNK)
+        end
+        @log.access(@remote_addr, env, code, bytes)
+        keep
+      end
+
+      # Rack 3 streaming body (call(stream)): the head, then the body owns
+      # the connection (closed when it closes the stream).
+      def send_stream(env, head, code, body, length, no_body)
+        head << CLOSE unless head.include?(CLOSE)
+        head << CRLF
+        @sock.write(head)
+        @log.access(@remote_addr, env, code, length || 0)
+        return false if no_body
+
+        @hijacked = true
+        body.call(Stream.new(@sock))
+        false
+      end
+    end
+  end
+end
