@@ -51,6 +51,7 @@ module Weft
         end
         return false if @hijacked # full hijack: the app owns the socket now
 
+        keep &&= !@server.stopping? # a stop began while the app ran
         keep = write_response(env, status, headers, body, keep, head_only, minor)
         @server._served
         keep
@@ -89,12 +90,12 @@ module Weft
       def write_response(env, status, headers, body, keep, head_only, minor)
         code = status_code(status)
         head = String.new(STATUS_LINES[code], encoding: BINARY, capacity: 512)
-        length, chunked_by_app, hijack, keep = add_headers(head, headers, keep, minor)
+        length, chunked_by_app, hijack, keep = add_headers(head, headers, keep)
         # 1xx, 204 and 304 have no body; nor has an answer to HEAD.
         no_body = head_only || code < 200 || code == 204 || code == 304
 
         if hijack
-          head << CLOSE << CRLF
+          end_head(head, false, minor)
           @sock.write(head)
           @log.access(@remote_addr, env, code, 0)
           @hijacked = true
@@ -103,13 +104,13 @@ module Weft
         end
 
         if body.respond_to?(:to_ary) && (parts = body.to_ary)
-          send_parts(env, head, code, parts, length, chunked_by_app, no_body, keep)
+          send_parts(env, head, code, parts, length || chunked_by_app, head_only, no_body, keep, minor)
         elsif !no_body && body.respond_to?(:to_path) && !body.respond_to?(:call) && File.file?(path = body.to_path.to_s)
-          send_file(env, head, code, path, length, keep)
+          send_file(env, head, code, path, length, keep, minor)
         elsif body.respond_to?(:each)
           send_each(env, head, code, body, length || chunked_by_app, no_body, keep, minor)
         elsif body.respond_to?(:call)
-          send_stream(env, head, code, body, length, no_body)
+          send_stream(env, head, code, body, length, no_body, minor)
         else
           raise Invalid, "the body (#{body.class}) responds to none of each, to_ary, to_path, call"
         end
@@ -130,7 +131,7 @@ module Weft
       # Append the app's header fields (validated), Date, Server and our
       # Connection field to +head+. Returns [content-length or nil,
       # app-chunked?, partial hijack callback or nil, keep].
-      def add_headers(head, headers, keep, minor)
+      def add_headers(head, headers, keep)
         raise Invalid, "headers (#{headers.class}) do not respond to each" unless headers.respond_to?(:each)
 
         length = nil
@@ -170,9 +171,17 @@ module Weft
         end
         head << @server.date_line unless date
         head << @server.server_line unless server
-        head << CLOSE if !keep && !hijack
-        head << KEEP_ALIVE if keep && minor.zero?
         [length, chunked, hijack, keep]
+      end
+
+      # The Connection field and the end of the head.
+      def end_head(head, keep, minor)
+        if !keep
+          head << CLOSE
+        elsif minor.zero?
+          head << KEEP_ALIVE
+        end
+        head << CRLF
       end
 
       # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
@@ -194,15 +203,18 @@ module Weft
       end
 
       # A body given as an Array (to_ary): one write, Content-Length added.
-      def send_parts(env, head, code, parts, length, chunked_by_app, no_body, keep)
+      # (HEAD: an empty body says nothing of the GET's length, so none.)
+      def send_parts(env, head, code, parts, framed, head_only, no_body, keep, minor)
         bytes = 0
         parts.each do |p|
           raise Invalid, "body part #{p.class} is not a String" unless p.is_a?(String)
 
           bytes += p.bytesize
         end
-        head << "content-length: #{bytes}\r\n" unless length || chunked_by_app || code < 200 || code == 204 || code == 304
-        head << CRLF
+        unless framed || code < 200 || code == 204 || code == 304 || (head_only && bytes.zero?)
+          head << "content-length: #{bytes}\r\n"
+        end
+        end_head(head, keep, minor)
         if no_body || bytes.zero?
           @sock.write(head)
         elsif parts.size == 1
@@ -219,11 +231,11 @@ module Weft
 
       # A file body (to_path): sent by the kernel (sendfile through
       # IO.copy_stream), never read into Ruby strings.
-      def send_file(env, head, code, path, length, keep)
+      def send_file(env, head, code, path, length, keep, minor)
         File.open(path, "rb") do |file|
           size = length || file.size
           head << "content-length: #{size}\r\n" unless length
-          head << CRLF
+          end_head(head, keep, minor)
           @sock.write(head)
           IO.copy_stream(file, @sock, size)
           @log.access(@remote_addr, env, code, size)
@@ -238,14 +250,13 @@ module Weft
         chunk = false
         unless framed || no_body || code < 200 || code == 204 || code == 304
           if minor.zero?
-            head << CLOSE if keep
             keep = false
           else
             head << CHUNKED
             chunk = true
           end
         end
-        head << CRLF
+        end_head(head, keep, minor)
         pending = head
         bytes = 0
         begin
@@ -287,9 +298,8 @@ module Weft
 
       # Rack 3 streaming body (call(stream)): the head, then the body owns
       # the connection (closed when it closes the stream).
-      def send_stream(env, head, code, body, length, no_body)
-        head << CLOSE unless head.include?(CLOSE)
-        head << CRLF
+      def send_stream(env, head, code, body, length, no_body, minor)
+        end_head(head, false, minor)
         @sock.write(head)
         @log.access(@remote_addr, env, code, length || 0)
         return false if no_body
