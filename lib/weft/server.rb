@@ -32,14 +32,18 @@ module Weft
 
     # +app+: a Rack application (#call(env) -> [status, headers, body]).
     # +listeners+: already open listening sockets to serve instead of
-    # opening the binds (used by the cluster's workers).
-    def initialize(app, listeners: nil, **options)
+    # opening the binds. +loader+: a Proc that returns the app, called in
+    # each worker after the fork (preload: false) instead of passing +app+.
+    def initialize(app = nil, listeners: nil, loader: nil, **options)
+      raise ArgumentError, "Weft::Server needs an app or a loader" unless app || loader
+
       @app = app
+      @loader = loader
       @config = Config.new(options)
       @log = Log.new(@config)
       @listeners = listeners
       @own_listeners = listeners.nil?
-      @stop_r, @stop_w = IO.pipe
+      @stop_requested = false
       @running = false
       @stopping = false
       @connections = {} # fiber => Connection
@@ -68,9 +72,15 @@ module Weft
       open_listeners
       return Cluster.new(self).run if @config.workers.positive?
 
+      _load_app
       run_worker
     ensure
-      close_listeners if @own_listeners && !@config.workers.positive?
+      close_listeners if @own_listeners
+    end
+
+    # :nodoc: the app from the loader, once (in a worker with preload off).
+    def _load_app
+      @app ||= @loader.call
     end
 
     # Stop gracefully: stop accepting, close idle keep-alive connections,
@@ -79,7 +89,9 @@ module Weft
     # Safe from a signal trap, from another thread and from a fiber of the
     # server; calling it again does nothing more.
     def stop
-      @stop_w.write_nonblock(".", exception: false) unless @stop_w.closed?
+      @stop_requested = true
+      w = @stop_w
+      w.write_nonblock(".", exception: false) if w && !w.closed?
       self
     rescue IOError
       self
@@ -91,6 +103,9 @@ module Weft
     # +on_ready+ is called once the accept loops wait for connections.
     def run_worker(on_ready: nil)
       @running = true
+      # The pipe #stop writes to: made here, so that every worker forked
+      # from a master has its own.
+      @stop_r, @stop_w = IO.pipe
       options = @config.backend ? { backend: @config.backend } : {}
       Weft.run(**options) do |scheduler|
         @scheduler = scheduler
@@ -216,7 +231,7 @@ module Weft
 
     # The server's own fiber: waits for #stop, then shuts down.
     def control
-      @stop_r.wait_readable
+      @stop_r.wait_readable unless @stop_requested
       @stopping = true
       @accepters.each { |f| @scheduler.raise_in(f, Weft::Stop) if f.alive? }
       # Idle keep-alive connections go now; busy ones answer their request

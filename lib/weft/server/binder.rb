@@ -6,6 +6,9 @@ module Weft
   class Server
     # Listening sockets from bind URIs: tcp://HOST:PORT (HOST may be an
     # IPv6 literal in brackets; PORT 0 picks a free port) and unix:PATH.
+    # A bind that cannot be opened (in use, no permission, bad address).
+    class BindError < StandardError; end
+
     module Binder
       module_function
 
@@ -15,20 +18,20 @@ module Weft
         case uri
         when %r{\Atcp://\[([0-9a-fA-F:.]+)\]:(\d+)\z} then [:tcp, Regexp.last_match(1), Integer(Regexp.last_match(2), 10)]
         when %r{\Atcp://([^:/\[\]]+):(\d+)\z} then [:tcp, Regexp.last_match(1), Integer(Regexp.last_match(2), 10)]
-        when %r{\Aunix://?(.+)\z} then [:unix, Regexp.last_match(1)]
+        when %r{\Aunix:(?://)?(.+)\z} then [:unix, Regexp.last_match(1)]
         else raise ArgumentError, "bad bind #{uri.inspect}: use tcp://HOST:PORT or unix:PATH"
         end
       end
 
       # Open and listen on every URI; returns the Sockets. On failure the
-      # ones already opened are closed and the error says which bind.
+      # ones already opened are closed and BindError says which bind.
       def open(uris, backlog: 1024)
         opened = []
         uris.each do |uri|
           opened << listen(parse(uri), backlog)
         rescue SystemCallError, SocketError => e
           close(opened, unlink: true)
-          raise e.class, "cannot listen on #{uri}: #{e.message}"
+          raise BindError, "cannot listen on #{uri}: #{e.message}"
         end
         opened
       end

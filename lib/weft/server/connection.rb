@@ -105,8 +105,8 @@ module Weft
       # answering an error (or when the peer left or stayed silent).
       def read_head(env, number)
         if @buf.empty?
-          return nil if @server.stopping?
-          return nil unless wait_for_request(number == 1 ? @config.head_timeout : @config.idle_timeout)
+          return nil if @server.stopping? && number > 1
+          return nil unless wait_for_request(number)
         end
         deadline = Weft.clock + @config.head_timeout
         @parser.reset if @parser.equal?(@endpoint.parser) # another's scan may be left in it
@@ -129,11 +129,14 @@ module Weft
         end
       end
 
-      # Idle: wait for the first bytes of the next request. Woken by a
-      # graceful stop, a request that has already arrived is still served
-      # (with Connection: close); otherwise the connection ends.
-      def wait_for_request(timeout)
-        @idle = true
+      # Wait for the first bytes of a request. Between two requests the
+      # connection is idle: a graceful stop ends it, unless a request has
+      # already arrived (served with Connection: close). A new connection's
+      # first request is awaited even then (head_timeout): its client has
+      # just been accepted and is sending it.
+      def wait_for_request(number)
+        timeout = number == 1 ? @config.head_timeout : @config.idle_timeout
+        @idle = number > 1
         got = begin
           fill(Weft.clock + timeout)
         rescue Weft::Stop
