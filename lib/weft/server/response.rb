@@ -31,6 +31,9 @@ module Weft
       # Exceptions the server lets through instead of answering 500.
       FATAL = [Weft::Stop, NoMemoryError, SignalException, SystemExit].freeze
       ERROR_BODY = "Internal Server Error"
+      # Bodies up to this size are copied into the head's string and sent
+      # with it in one write.
+      COALESCE = 64 * 1024
 
       # An app's response the server cannot send: 500 and a log line
       # naming the problem.
@@ -174,6 +177,12 @@ module Weft
         [length, chunked, hijack, keep]
       end
 
+      # Append body bytes to a binary buffer (a non-ASCII String in
+      # another encoding would otherwise change the buffer's encoding).
+      def append(buf, str)
+        buf << (str.ascii_only? || str.encoding == BINARY ? str : str.b)
+      end
+
       # The Connection field and the end of the head.
       def end_head(head, keep, minor)
         if !keep
@@ -215,15 +224,16 @@ module Weft
           head << "content-length: #{bytes}\r\n"
         end
         end_head(head, keep, minor)
+        # One write: IO#write with several strings costs Ruby 3.1 under a
+        # scheduler one send per string plus a poll between them.
         if no_body || bytes.zero?
           @sock.write(head)
-        elsif parts.size == 1
-          @sock.write(head, parts[0])
-        elsif parts.size <= 64
-          @sock.write(head, *parts)
-        else
-          parts.each { |p| head << (p.ascii_only? ? p : p.b) }
+        elsif bytes <= COALESCE
+          parts.each { |p| append(head, p) }
           @sock.write(head)
+        else
+          @sock.write(head)
+          parts.each { |p| @sock.write(p) }
         end
         @log.access(@remote_addr, env, code, no_body ? 0 : bytes)
         keep
@@ -265,11 +275,16 @@ module Weft
             next if no_body || part.empty?
 
             bytes += part.bytesize
-            if chunk
-              size = "#{part.bytesize.to_s(16)}\r\n"
-              pending ? @sock.write(pending, size, part, CRLF) : @sock.write(size, part, CRLF)
+            out = pending || String.new(encoding: BINARY, capacity: part.bytesize + 16)
+            out << part.bytesize.to_s(16) << CRLF if chunk
+            if part.bytesize <= COALESCE
+              append(out, part)
+              out << CRLF if chunk
+              @sock.write(out)
             else
-              pending ? @sock.write(pending, part) : @sock.write(part)
+              @sock.write(out)
+              @sock.write(part)
+              @sock.write(CRLF) if chunk
             end
             pending = nil
           end
