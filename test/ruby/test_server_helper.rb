@@ -3,8 +3,18 @@
 require_relative "helper"
 require "weft/server"
 require "stringio"
+# Debian's rack is installed for its Ruby (3.1); a Ruby built beside it
+# (3.3) finds the same pure-Ruby gem through this directory.
+DEBIAN_RACK = Dir["/usr/share/rubygems-integration/all/gems/rack-2*/lib"].max
 begin
-  require "rack"
+  begin
+    require "rack"
+  rescue LoadError
+    raise unless DEBIAN_RACK
+
+    $LOAD_PATH << DEBIAN_RACK
+    require "rack"
+  end
   require "uri" # Rack 2.2's Lint uses URI without loading it
   require "rack/lint"
 rescue LoadError
@@ -54,6 +64,16 @@ module ServerTestHelper
       thread.kill
       thread.join(1)
     end
+  end
+
+  # RUBYLIB for a child Ruby: where this process found weft.so (lib/, or
+  # build/ruby-VERSION/lib for another Ruby), lib/, and Debian's rack if
+  # this Ruby needed it.
+  def self.child_rubylib
+    so = $LOADED_FEATURES.find { |f| f.end_with?("/weft/weft.so") }
+    dirs = [so && File.dirname(so, 2), File.expand_path("../../lib", __dir__)]
+    dirs << DEBIAN_RACK if DEBIAN_RACK && $LOAD_PATH.include?(DEBIAN_RACK)
+    dirs.compact.uniq.join(File::PATH_SEPARATOR)
   end
 
   def errors_logged = @errors.string

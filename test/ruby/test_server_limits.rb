@@ -160,8 +160,7 @@ class TestServerLimits < Minitest::Test
       trap("TERM") { server.stop }
       server.run
     RUBY
-    lib = File.expand_path("../../lib", __dir__)
-    IO.popen([RbConfig.ruby, "-I", lib, "-e", "Process.setrlimit(:NOFILE, 64); #{script}"], "r+", err: %i[child out]) do |child|
+    IO.popen([{ "RUBYLIB" => ServerTestHelper.child_rubylib }, RbConfig.ruby, "-e", "Process.setrlimit(:NOFILE, 64); #{script}"], "r+", err: %i[child out]) do |child|
       port = nil
       port = child.gets[/\Aport (\d+)/, 1]&.to_i until port
       hogger = connect(port) # stays open: closing it would free a descriptor

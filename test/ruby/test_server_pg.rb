@@ -99,7 +99,7 @@ class TestServerPG < Minitest::Test
 
   def start(*cmd)
     err = File.join(@dir, "err.log")
-    @pid = Process.spawn({ "RUBYLIB" => LIB, "WEFT_PG_CONNINFO" => @conninfo }, *cmd,
+    @pid = Process.spawn({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WEFT_PG_CONNINFO" => @conninfo }, *cmd,
                          out: File::NULL, err: err, chdir: @dir)
     deadline = now + 30
     until (port = File.read(err)[%r{serving on tcp://127\.0\.0\.1:(\d+)}, 1])
@@ -155,6 +155,7 @@ class TestServerPG < Minitest::Test
   def test_sinatra_and_postgresql_under_rackup
     rackup = ["/usr/bin/rackup", File.join(Gem.bindir, "rackup")].find { |f| File.executable?(f) }
     skip "rackup not installed" unless rackup
+    skip "rackup's gem is not installed for Ruby #{RUBY_VERSION}" if Gem::Specification.find_all_by_name("rack").empty?
     port = start(RbConfig.ruby, rackup, "-s", "weft", "-o", "127.0.0.1", "-p", "0", "-E", "deployment", "config.ru")
     exercise(port)
     assert_includes [0, nil], stop.exitstatus

@@ -50,7 +50,7 @@ class TestServerProcess < Minitest::Test
   def spawn_server(*cmd, env: {}, ready: /serving on tcp:\/\/[\d.]+:(\d+)/)
     @out = File.join(@dir, "out.log")
     @err = File.join(@dir, "err.log")
-    pid = Process.spawn({ "RUBYLIB" => LIB, "WAIT_FILE" => File.join(@dir, "go") }.merge(env), *cmd,
+    pid = Process.spawn({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WAIT_FILE" => File.join(@dir, "go") }.merge(env), *cmd,
                         out: @out, err: @err, chdir: @dir, pgroup: true)
     @children << pid
     port = wait_for_log(ready)[1].to_i
@@ -111,7 +111,7 @@ class TestServerProcess < Minitest::Test
   end
 
   def test_weft_serve_help_lists_every_option
-    out = IO.popen([RbConfig.ruby, "-I", LIB, WEFT, "serve", "--help"], &:read)
+    out = IO.popen([{ "RUBYLIB" => ServerTestHelper.child_rubylib }, RbConfig.ruby, WEFT, "serve", "--help"], &:read)
     Weft::Server::OPTIONS.each { |_, _, flag, _| assert_includes out, flag.split(", ").last.split(" ").first }
     assert_includes out, "[tcp://127.0.0.1:9292]"
     assert_includes out, "[1024]"
@@ -125,7 +125,7 @@ class TestServerProcess < Minitest::Test
     assert_equal 0, wait_exit(pid).exitstatus
     assert_equal "", log_out
 
-    err = IO.popen([RbConfig.ruby, "-I", LIB, WEFT, "serve", "-b", "unix:#{@dir}/no/such/dir.sock", File.join(@dir, "config.ru")],
+    err = IO.popen([{ "RUBYLIB" => ServerTestHelper.child_rubylib }, RbConfig.ruby, WEFT, "serve", "-b", "unix:#{@dir}/no/such/dir.sock", File.join(@dir, "config.ru")],
                    err: %i[child out], &:read)
     assert_match(/\Aweft: cannot listen on unix:.*No such file or directory/, err)
     refute_includes err, ".rb:", "no backtrace for a bind error"
@@ -135,6 +135,7 @@ class TestServerProcess < Minitest::Test
     write_config
     rackup = ["/usr/bin/rackup", Gem.bindir && File.join(Gem.bindir, "rackup")].compact.find { |f| File.executable?(f) }
     skip "rackup not installed" unless rackup
+    skip "rackup's gem is not installed for Ruby #{RUBY_VERSION}" if Gem::Specification.find_all_by_name("rack").empty?
     pid, port = spawn_server(RbConfig.ruby, rackup, "-s", "weft", "-o", "127.0.0.1", "-p", "0", "config.ru")
     r = http_get(port)
     assert_equal "200", r.code
