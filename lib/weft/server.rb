@@ -101,7 +101,9 @@ module Weft
 
     # The single-process server (also what a cluster's worker runs).
     # +on_ready+ is called once the accept loops wait for connections.
-    def run_worker(on_ready: nil)
+    # +master+: an IO whose end of stream means the master process is gone
+    # (a worker then stops as on SIGTERM rather than live on orphaned).
+    def run_worker(on_ready: nil, master: nil)
       @running = true
       # The pipe #stop writes to: made here, so that every worker forked
       # from a master has its own.
@@ -112,6 +114,7 @@ module Weft
         @log.startup(self, scheduler.backend) unless @config.worker_index
         @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
         @accepters = @listeners.map { |l| Fiber.schedule { accept_loop(Endpoint.new(self, l)) } }
+        @watcher = Fiber.schedule { watch_master(master) } if master
         on_ready&.call
         control
       end
@@ -218,6 +221,14 @@ module Weft
       nil
     end
 
+    def watch_master(io)
+      io.read # returns at end of stream: the master has exited
+      @log.error("worker #{@config.worker_index} (pid #{Process.pid}): the master is gone; stopping")
+      stop
+    rescue Weft::Stop, IOError
+      nil
+    end
+
     def wait_for_slot
       @slot_free ||= Thread::ConditionVariable.new
       @slot_mutex ||= Thread::Mutex.new
@@ -234,6 +245,7 @@ module Weft
       @stop_r.wait_readable unless @stop_requested
       @stopping = true
       @accepters.each { |f| @scheduler.raise_in(f, Weft::Stop) if f.alive? }
+      @scheduler.raise_in(@watcher, Weft::Stop) if @watcher&.alive?
       # Idle keep-alive connections go now; busy ones answer their request
       # (with Connection: close) and go.
       @connections.each_value(&:stop_if_idle)

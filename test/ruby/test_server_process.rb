@@ -186,6 +186,29 @@ class TestServerProcess < Minitest::Test
     assert_equal 0, wait_exit(pid).exitstatus
   end
 
+  # A master killed with SIGKILL leaves no worker behind.
+  def test_workers_stop_when_the_master_dies
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "-b", "tcp://127.0.0.1:0")
+    workers = 2.times.map { |i| wait_for_log(/worker \d ready \(pid (\d+)\)/, count: i + 1)[1].to_i }
+    assert_equal "200", http_get(port).code
+    Process.kill("KILL", pid)
+    wait_exit(pid)
+    wait_for_log(/the master is gone; stopping/, count: 2)
+    deadline = now + GUARD
+    workers.each do |w|
+      sleep 0.02 while process_alive?(w) && now < deadline
+      refute process_alive?(w), "worker #{w} outlived its master"
+    end
+  end
+
+  def process_alive?(pid)
+    Process.kill(0, pid)
+    !File.read("/proc/#{pid}/stat").split(") ").last.start_with?("Z")
+  rescue Errno::ESRCH, Errno::ENOENT
+    false
+  end
+
   # SIGTERM with requests in flight: every one is answered, then the
   # master exits 0.
   def test_graceful_stop_of_workers_answers_requests_in_flight

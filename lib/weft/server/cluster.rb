@@ -33,6 +33,9 @@ module Weft
         @log.startup(@server, backend)
         @ready_r, @ready_w = IO.pipe
         @sig_r, @sig_w = IO.pipe
+        # Workers read the other end: its end of stream tells them the
+        # master has died (killed with -9, say) and they stop.
+        @alive_r, @alive_w = IO.pipe
         install_traps
         @config.workers.times { |i| spawn_worker(i) }
         loop do
@@ -99,9 +102,7 @@ module Weft
         ready_w = @ready_w
         pid = fork do
           SIGNALS.each_key { |sig| trap(sig, "DEFAULT") }
-          @ready_r.close
-          @sig_r.close
-          @sig_w.close
+          [@ready_r, @sig_r, @sig_w, @alive_w].each(&:close)
           run_worker(index, ready_w)
         end
         @workers[pid] = Worker.new(index, pid, Weft.clock, false, false)
@@ -116,7 +117,7 @@ module Weft
         trap("USR2", "IGNORE")
         trap("HUP", "IGNORE")
         @server._load_app
-        @server.run_worker(on_ready: -> { ready_w.write("#{Process.pid}\n") })
+        @server.run_worker(on_ready: -> { ready_w.write("#{Process.pid}\n") }, master: @alive_r)
         status = 0
       rescue Exception => e # rubocop:disable Lint/RescueException
         @log.exception("worker #{index} (pid #{Process.pid})", e)
