@@ -190,6 +190,11 @@ module Weft
 
     private
 
+    # WEFT_SERVER_INLINE=1, for benchmarks only: the accept loop serves each
+    # connection itself, one at a time, with no fiber of its own: the floor
+    # against which the cost of a fiber per connection is measured.
+    INLINE = ENV["WEFT_SERVER_INLINE"] == "1"
+
     # Out of descriptors (or kernel memory): the connection stays in the
     # accept queue; back off and try again once others have closed.
     ACCEPT_BACKOFF = [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM].freeze
@@ -199,7 +204,7 @@ module Weft
       tcp = endpoint.tcp
       backoff_logged = false
       loop do
-        wait_for_slot if @active >= @config.max_concurrency
+        make_room if @active >= @config.max_concurrency
         begin
           sock, addr = listener.accept_nonblock(exception: false)
         rescue *ACCEPT_BACKOFF => e
@@ -215,7 +220,11 @@ module Weft
         backoff_logged = false
         @active += 1
         conn = Connection.new(self, endpoint, sock, tcp ? addr.ip_address : nil)
-        Fiber.schedule { conn.run }
+        if INLINE
+          conn.run # benchmark floor: no fiber of its own (see INLINE)
+        else
+          Fiber.schedule { conn.run }
+        end
       end
     rescue Weft::Stop, IOError
       nil
@@ -227,6 +236,17 @@ module Weft
       stop
     rescue Weft::Stop, IOError
       nil
+    end
+
+    # At the cap: close the longest-held idle keep-alive connection (an
+    # idle client reconnects when it needs to; a new one would otherwise
+    # wait for an idle_timeout), or wait for a busy one to finish.
+    def make_room
+      idle = @connections.each_value.find(&:idle?)
+      if idle
+        idle.stop_if_idle
+      end
+      wait_for_slot
     end
 
     def wait_for_slot

@@ -365,6 +365,22 @@ class TestServer < Minitest::Test
     assert_equal 2, max_seen
   end
 
+  def test_at_the_cap_an_idle_keep_alive_connection_makes_room
+    with_server(HELLO, max_concurrency: 2) do |port|
+      idle = Array.new(2) do
+        s = connect(port)
+        s.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert_equal 200, read_response(s).status
+        s
+      end
+      # Both slots are held by idle keep-alive connections: a third client
+      # is still served, and the oldest idle connection was closed for it.
+      assert_equal "Hello, World!", get(port).body
+      assert closed_by_server?(idle[0])
+      idle.each(&:close)
+    end
+  end
+
   def test_max_requests_per_connection
     with_server(HELLO, max_requests: 3) do |port|
       sock = connect(port)

@@ -90,6 +90,7 @@ module Weft
           (options[:bind] ||= []) << "tcp://#{host}:#{port || 9292}"
         end
         $stdout.sync = true
+        raise_descriptor_limit
         preload = options.fetch(:preload, true) || options.fetch(:workers, 0).zero?
         server =
           if preload
@@ -101,6 +102,15 @@ module Weft
         trap_signals(server) if options.fetch(:workers, 0).zero?
         server.run
         0
+      end
+
+      # A server holds a descriptor per connection: take the hard limit
+      # (Debian's default soft limit, 1024, would cap connections there).
+      def raise_descriptor_limit
+        soft, hard = Process.getrlimit(:NOFILE)
+        Process.setrlimit(:NOFILE, hard, hard) if soft < hard
+      rescue SystemCallError, NotImplementedError
+        nil
       end
 
       def trap_signals(server)

@@ -52,6 +52,9 @@ module Weft
         @server._finished(@fiber)
       end
 
+      # Waiting for its next request (keep-alive), nothing of one read yet.
+      def idle? = @idle
+
       # Graceful stop: a connection waiting for its next request goes now
       # (one whose request is being served finishes it first).
       def stop_if_idle
