@@ -20,7 +20,7 @@ module Weft
       [:input_memory, 64 * 1024, "--input-memory BYTES",
        "request bodies up to this size stay in memory; larger go to a Tempfile"],
       [:head_timeout, 10.0, "--head-timeout SECONDS",
-       "time to receive a request head once it has begun (408 and close)"],
+       "time to receive a request head once it has begun (408 and close); also how long a new connection may stay silent (closed)"],
       [:body_timeout, 30.0, "--body-timeout SECONDS",
        "time without progress while receiving a request body (408 and close)"],
       [:idle_timeout, 20.0, "--idle-timeout SECONDS",
