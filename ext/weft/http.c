@@ -95,6 +95,9 @@ typedef struct parser {
     VALUE server_name; /* when the request has no Host */
     VALUE server_port;
     VALUE default_port; /* for a Host without a port ("80"/"443") */
+    /* The last Host seen and the SERVER_NAME/PORT made from it (frozen),
+     * reused while clients keep sending the same Host. */
+    VALUE last_host, last_name, last_port;
     int expect_continue;
     int has_length; /* a Content-Length field was sent */
 } parser;
@@ -105,6 +108,9 @@ static void parser_mark(void *p)
     rb_gc_mark(ps->server_name);
     rb_gc_mark(ps->server_port);
     rb_gc_mark(ps->default_port);
+    rb_gc_mark(ps->last_host);
+    rb_gc_mark(ps->last_name);
+    rb_gc_mark(ps->last_port);
 }
 
 static size_t parser_memsize(const void *p)
@@ -129,6 +135,7 @@ static VALUE parser_alloc(VALUE klass)
     ps->server_name = rb_str_new_cstr("localhost");
     ps->server_port = rb_str_new_cstr("80");
     ps->default_port = ps->server_port;
+    ps->last_host = ps->last_name = ps->last_port = Qnil;
     http_scan_reset(&ps->scan);
     return obj;
 }
@@ -217,6 +224,12 @@ static VALUE header_key(const http_header *h)
 /* SERVER_NAME and SERVER_PORT from a Host value ("h", "h:p", "[v6]:p"). */
 static void host_split(parser *ps, VALUE env, const char *v, size_t n)
 {
+    if (!NIL_P(ps->last_host) && (size_t)RSTRING_LEN(ps->last_host) == n &&
+        memcmp(RSTRING_PTR(ps->last_host), v, n) == 0) {
+        rb_hash_aset(env, k_server_name, ps->last_name);
+        rb_hash_aset(env, k_server_port, ps->last_port);
+        return;
+    }
     size_t name_end = n;
     const char *port = NULL;
     size_t port_len = 0;
@@ -237,9 +250,13 @@ static void host_split(parser *ps, VALUE env, const char *v, size_t n)
             port_len = n - name_end - 1;
         }
     }
-    rb_hash_aset(env, k_server_name, rb_str_new(v, (long)name_end));
-    rb_hash_aset(env, k_server_port,
-                 port && port_len ? rb_str_new(port, (long)port_len) : ps->default_port);
+    VALUE name = rb_obj_freeze(rb_str_new(v, (long)name_end));
+    VALUE pv = port && port_len ? rb_obj_freeze(rb_str_new(port, (long)port_len)) : ps->default_port;
+    rb_hash_aset(env, k_server_name, name);
+    rb_hash_aset(env, k_server_port, pv);
+    ps->last_host = rb_obj_freeze(rb_str_new(v, (long)n));
+    ps->last_name = name;
+    ps->last_port = pv;
 }
 
 /* PATH_INFO, QUERY_STRING and REQUEST_URI from the request-target; an
@@ -341,7 +358,8 @@ static void fill_env(parser *ps, VALUE env)
  *
  * Parse the request head at the start of +buffer+ (a String). Returns the
  * length of the head in bytes (the body starts there) after storing the
- * request in +env+: REQUEST_METHOD, SCRIPT_NAME "", PATH_INFO,
+ * request in +env+ (SERVER_NAME and SERVER_PORT are frozen Strings,
+ * shared by requests with the same Host): REQUEST_METHOD, SCRIPT_NAME "", PATH_INFO,
  * QUERY_STRING, REQUEST_URI, SERVER_PROTOCOL, SERVER_NAME, SERVER_PORT,
  * CONTENT_LENGTH, CONTENT_TYPE and HTTP_* (repeated fields joined with
  * ", ", Cookie with "; "; names containing '_' are dropped). Returns nil

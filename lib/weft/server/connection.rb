@@ -16,6 +16,9 @@ module Weft
       BINARY = Encoding::BINARY
       READ_SIZE = 16_384
       CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
+      # rack.input of every request without a body: read-only, and Rack
+      # forbids closing rack.input, so one serves all.
+      EMPTY_INPUT = StringIO.new("".b.freeze)
 
       attr_reader :remote_addr
 
@@ -183,7 +186,7 @@ module Weft
 
       # rack.input for a Content-Length body (an empty one without).
       def read_body(length, continue)
-        return StringIO.new(String.new(encoding: BINARY)) if length.zero?
+        return EMPTY_INPUT if length.zero?
 
         @sock.write(CONTINUE) if continue && @buf.bytesize < length
         if @buf.bytesize >= length

@@ -92,8 +92,11 @@ module Weft
       # Validate and send; returns whether the connection persists.
       def write_response(env, status, headers, body, keep, head_only, minor)
         code = status_code(status)
-        head = String.new(STATUS_LINES[code], encoding: BINARY, capacity: 512)
-        length, chunked_by_app, hijack, keep = add_headers(head, headers, keep)
+        head = STATUS_LINES[code].dup
+        keep = add_headers(head, headers, keep)
+        length = @length
+        chunked_by_app = @chunked_by_app
+        hijack = @hijack
         # 1xx, 204 and 304 have no body; nor has an answer to HEAD.
         no_body = head_only || code < 200 || code == 204 || code == 304
 
@@ -131,50 +134,76 @@ module Weft
         raise Invalid, "status #{status.inspect} is not an Integer"
       end
 
-      # Append the app's header fields (validated), Date, Server and our
-      # Connection field to +head+. Returns [content-length or nil,
-      # app-chunked?, partial hijack callback or nil, keep].
+      # Append the app's header fields (validated), Date and Server to
+      # +head+. Sets @length (content-length or nil), @chunked_by_app and
+      # @hijack (a partial hijack callback or nil); returns keep.
       def add_headers(head, headers, keep)
         raise Invalid, "headers (#{headers.class}) do not respond to each" unless headers.respond_to?(:each)
 
-        length = nil
-        chunked = false
-        date = server = false
-        hijack = nil
+        @length = @hijack = nil
+        @chunked_by_app = date = server = false
         headers.each do |name, value|
           raise Invalid, "header name #{name.inspect} is not a String" unless name.is_a?(String)
 
-          special = SPECIAL[name] || (SPECIAL_LENGTHS.include?(name.bytesize) && SPECIAL[name.downcase])
           if name.start_with?("rack.")
             if name == "rack.hijack"
               raise Invalid, "rack.hijack header does not respond to call" unless value.respond_to?(:call)
 
-              hijack = value
+              @hijack = value
             end
             next
           end
           raise Invalid, "header name #{name.inspect} is not a token" unless TOKEN.match?(name)
 
-          values = header_values(name, value)
-          case special
-          when "content-length"
-            raise Invalid, "content-length #{value.inspect} is not a number" unless values.size == 1 && /\A\d+\z/.match?(values[0])
+          special = SPECIAL[name] || (SPECIAL_LENGTHS.include?(name.bytesize) && SPECIAL[name.downcase])
+          if special
+            values = header_values(name, value)
+            case special
+            when "content-length"
+              raise Invalid, "content-length #{value.inspect} is not a number" unless values.size == 1 && /\A\d+\z/.match?(values[0])
 
-            length = values[0].to_i
-          when "transfer-encoding" then chunked = true
-          when "connection"
-            keep = false if values.any? { |v| v.casecmp?("close") }
-            next # ours is written below
-          when "date" then date = true
-          when "server" then server = true
-          end
-          values.each do |v|
-            head << name << ": " << (v.ascii_only? ? v : v.b) << CRLF
+              @length = values[0].to_i
+            when "transfer-encoding" then @chunked_by_app = true
+            when "connection"
+              keep = false if values.any? { |v| v.casecmp?("close") }
+              next # ours is written at the end of the head
+            when "date" then date = true
+            when "server" then server = true
+            end
+            values.each { |v| add_field(head, name, v) }
+          elsif value.is_a?(String) && !value.include?("\n")
+            raise Invalid, "header #{name} value #{value.inspect} has CR, LF or NUL" if BAD_VALUE.match?(value)
+
+            add_field(head, name, value) # the common case, without an Array
+          else
+            header_values(name, value).each { |v| add_field(head, name, v) }
           end
         end
         head << @server.date_line unless date
         head << @server.server_line unless server
-        [length, chunked, hijack, keep]
+        keep
+      end
+
+      def add_field(head, name, value)
+        head << name << ": " << (value.ascii_only? ? value : value.b) << CRLF
+      end
+
+      # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
+      # joined by "\n" for repeated fields) as an Array of field values,
+      # each free of CR, LF and NUL.
+      def header_values(name, value)
+        values =
+          if value.is_a?(String)
+            value.include?("\n") ? value.split("\n") : [value]
+          elsif value.is_a?(Array) && value.all?(String)
+            value
+          else
+            raise Invalid, "header #{name} has a #{value.class} value (Strings only)"
+          end
+        values.each do |v|
+          raise Invalid, "header #{name} value #{v.inspect} has CR, LF or NUL" if BAD_VALUE.match?(v)
+        end
+        values
       end
 
       # Append body bytes to a binary buffer (a non-ASCII String in
@@ -221,7 +250,7 @@ module Weft
           bytes += p.bytesize
         end
         unless framed || code < 200 || code == 204 || code == 304 || (head_only && bytes.zero?)
-          head << "content-length: #{bytes}\r\n"
+          head << "content-length: " << bytes.to_s << CRLF
         end
         end_head(head, keep, minor)
         # One write: IO#write with several strings costs Ruby 3.1 under a
