@@ -183,11 +183,11 @@ fi
 
 # 10,000 idle keep-alive connections.
 idle=""
-start weft_idle "${WEFT[@]}" --max-concurrency $((idle_n + 100)) --idle-timeout 600 -b tcp://127.0.0.1:@PORT@ bench/ruby/rack_hello.ru
-for ((r = 0; r < reps; r++)); do
+for ((r = 0; r < reps; r++)); do # a fresh server each time: Ruby keeps freed fiber stacks
+  start weft_idle "${WEFT[@]}" --max-concurrency $((idle_n + 100)) --idle-timeout 600 -b tcp://127.0.0.1:@PORT@ bench/ruby/rack_hello.ru
   idle+="$(bench_locked ruby bench/ruby/rack_idle.rb "${port[weft_idle]}" "${spid[weft_idle]}" "$idle_n")"$'\n'
+  stop weft_idle
 done
-stop weft_idle
 idle_rss=$(echo "$idle" | awk 'NF { print $1 }' | tr '\n' ' ')
 idle_p50=$(echo "$idle" | awk 'NF { print $2 }' | tr '\n' ' ')
 idle_max=$(echo "$idle" | awk 'NF { print $3 }' | tr '\n' ' ')

@@ -381,6 +381,19 @@ class TestServer < Minitest::Test
     end
   end
 
+  # Requests pipelined after a Connection: close one are not answered,
+  # and the answers already sent are not lost to a reset.
+  def test_pipelined_input_after_close_is_drained_not_reset
+    with_server(PATH) do |port|
+      sock = connect(port)
+      sock.write("GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" + "GET /b HTTP/1.1\r\nHost: t\r\n\r\n" * 50)
+      r = read_response(sock)
+      assert_equal "GET /a?", r.body
+      assert closed_by_server?(sock)
+      sock.close
+    end
+  end
+
   def test_max_requests_per_connection
     with_server(HELLO, max_requests: 3) do |port|
       sock = connect(port)

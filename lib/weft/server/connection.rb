@@ -102,7 +102,11 @@ module Weft
         env["rack.hijack"] = self
         @env = env
         keep &&= !@closing && number < @config.max_requests && !@server.stopping?
-        respond(env, keep, head_only, minor)
+        keep = respond(env, keep, head_only, minor)
+        # Closing with pipelined requests unread would reset the
+        # connection, and the reset can destroy the answer just sent.
+        linger if !keep && !@hijacked && !@buf.empty?
+        keep
       ensure
         input.close if input.is_a?(Tempfile)
       end
