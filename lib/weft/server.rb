@@ -113,6 +113,7 @@ module Weft
         @scheduler = scheduler
         @log.startup(self, scheduler.backend) unless @config.worker_index
         @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
+        @handoff = Thread::Queue.new
         @accepters = @listeners.map { |l| Fiber.schedule { accept_loop(Endpoint.new(self, l)) } }
         @watcher = Fiber.schedule { watch_master(master) } if master
         on_ready&.call
@@ -222,12 +223,31 @@ module Weft
         conn = Connection.new(self, endpoint, sock, tcp ? addr.ip_address : nil)
         if INLINE
           conn.run # benchmark floor: no fiber of its own (see INLINE)
+        elsif !@stopping && @handoff.num_waiting.positive?
+          @handoff << conn # a fiber that has served a connection takes it
         else
-          Fiber.schedule { conn.run }
+          # (also once stopping: a connection accepted is always served)
+          Fiber.schedule { serve_connections(conn) }
         end
       end
     rescue Weft::Stop, IOError
       nil
+    end
+
+    # Fibers are reused across connections: creating and releasing a Ruby
+    # fiber per connection cost more than serving a short one (a
+    # connection per request). A fiber done with its connection waits for
+    # the next one the accept loop hands over, while fewer than
+    # SPARE_FIBERS wait; otherwise it ends.
+    SPARE_FIBERS = 64
+
+    def serve_connections(conn)
+      while conn
+        conn.run
+        return if @stopping || @handoff.num_waiting >= SPARE_FIBERS
+
+        conn = @handoff.pop # nil once closed (stop)
+      end
     end
 
     def watch_master(io)
@@ -265,6 +285,7 @@ module Weft
       @stop_r.wait_readable unless @stop_requested
       @stopping = true
       @accepters.each { |f| @scheduler.raise_in(f, Weft::Stop) if f.alive? }
+      @handoff.close # spare fibers end
       @scheduler.raise_in(@watcher, Weft::Stop) if @watcher&.alive?
       # Idle keep-alive connections go now; busy ones answer their request
       # (with Connection: close) and go.
