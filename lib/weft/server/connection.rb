@@ -36,23 +36,38 @@ module Weft
       end
 
       # The connection's fiber: serve requests until the connection closes.
+      # (Again after being parked: the next request is served.)
       def run
         @fiber = Fiber.current
         @server._started(@fiber, self)
-        @buf = String.new(encoding: BINARY)
-        requests = 0
-        requests += 1 while serve_one(requests + 1)
+        @buf ||= String.new(encoding: BINARY)
+        @requests ||= 0
+        @parked_at = nil
+        while serve_one(@requests + 1)
+          @requests += 1
+          # Idle now: with many connections held, wait without a fiber.
+          next unless @buf.empty? && @server._park?(self) && !fill_now
+
+          @parked_at = Weft.clock
+          @server._park(self)
+          return
+        end
       rescue Weft::Stop, IOError, SystemCallError
         nil # the peer went away, or the server stops
       ensure
-        unless @hijacked
-          begin
-            @sock.close unless @sock.closed?
-          rescue IOError, SystemCallError
-            nil
-          end
-        end
+        close unless @hijacked || @parked_at
         @server._finished(@fiber)
+      end
+
+      # When it was parked (Weft.clock), or nil.
+      attr_reader :parked_at
+
+      def fileno = @sock.fileno
+
+      def close
+        @sock.close unless @sock.closed?
+      rescue IOError, SystemCallError
+        nil
       end
 
       # Waiting for its next request (keep-alive), nothing of one read yet.
