@@ -114,6 +114,7 @@ module Weft
         @log.startup(self, scheduler.backend) unless @config.worker_index
         @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
         @handoff = Thread::Queue.new
+        @spare = 0 # fibers waiting in @handoff.pop and not yet handed one
         @parked = {} # fileno => Connection, oldest first
         if PARK_ABOVE && defined?(Weft::HTTP::Poller)
           @poller = Weft::HTTP::Poller.new
@@ -264,8 +265,15 @@ module Weft
     # Serve +conn+ in a spare fiber, or a new one.
     def dispatch(conn)
       @active += 1
-      if !@stopping && @handoff.num_waiting.positive?
-        @handoff << conn # a fiber that has served a connection takes it
+      if !@stopping && @spare.positive?
+        # A fiber that has served a connection waits in #pop: hand it this
+        # one. (Counted here, not with Queue#num_waiting, which still
+        # counts a waiter that has been woken but has not run yet: the
+        # accept loop pushed more connections than fibers were waiting,
+        # and the extra ones waited for a fiber to finish a keep-alive
+        # connection — an idle_timeout.)
+        @spare -= 1
+        @handoff << conn
       else
         # (also once stopping: a connection accepted is always served)
         Fiber.schedule { serve_connections(conn) }
@@ -275,8 +283,9 @@ module Weft
     def serve_connections(conn)
       while conn
         conn.run
-        return if @stopping || @handoff.num_waiting >= SPARE_FIBERS
+        return if @stopping || @spare >= SPARE_FIBERS
 
+        @spare += 1
         conn = @handoff.pop # nil once closed (stop)
       end
     end

@@ -418,6 +418,24 @@ class TestServer < Minitest::Test
     end
   end
 
+  # Regression: fibers are reused across connections. Handing a burst of
+  # new connections to spare fibers by Queue#num_waiting (which still
+  # counts woken waiters) queued more connections than fibers were free;
+  # the extra ones waited until a keep-alive connection ended (an
+  # idle_timeout; here beyond the hang guard).
+  def test_a_burst_of_connections_after_a_burst_is_served_at_once
+    app = ->(_env) { sleep 0.001; [200, { "content-type" => "text/plain" }, ["ok"]] }
+    with_server(app, idle_timeout: 60, max_concurrency: 1000) do |port|
+      3.times do
+        socks = Array.new(Weft::Server::SPARE_FIBERS + 60) do
+          connect(port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n") }
+        end
+        socks.each { |s| assert_equal "ok", read_response(s).body }
+        socks.each(&:close)
+      end
+    end
+  end
+
   def test_max_requests_per_connection
     with_server(HELLO, max_requests: 3) do |port|
       sock = connect(port)
