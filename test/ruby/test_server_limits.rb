@@ -129,6 +129,51 @@ class TestServerLimits < Minitest::Test
     end
   end
 
+  # Weft::HTTP::Chunked against a plain Ruby encoder, on random bodies cut
+  # into random chunks, with extensions and trailers, fed in random
+  # pieces; a prefix of a valid body is incomplete (never done, never an
+  # error); a bad size, or a chunk longer than its size, is refused.
+  def test_chunked_decoder_against_an_encoder
+    rng = Random.new(23)
+    300.times do
+      body = rng.bytes(rng.rand(0..3000))
+      wire = +"".b
+      rest = body.dup
+      until rest.empty?
+        n = rng.rand(1..[rest.bytesize, 700].min)
+        ext = rng.rand(4).zero? ? ";name=value" : ""
+        wire << n.to_s(16).then { |h| rng.rand(2).zero? ? h.upcase : h } << ext << "\r\n" << rest.slice!(0, n) << "\r\n"
+      end
+      wire << "0\r\n" << (rng.rand(3).zero? ? "X-Trailer: t\r\n" : "") << "\r\n"
+      after = "GET / HTTP/1.1\r\n".b
+      decoder = Weft::HTTP::Chunked.new
+      out = +"".b
+      input = wire + after
+      used = 0
+      until decoder.done?
+        piece = input.byteslice(used, rng.rand(1..64))
+        n = decoder.feed(piece, out)
+        assert_operator n, :>=, 0
+        used += n
+      end
+      assert_equal body, out
+      assert_equal wire.bytesize, used, "the body ends where the encoder ended it"
+
+      d2 = Weft::HTTP::Chunked.new
+      cut = rng.rand(0...wire.bytesize)
+      assert_equal cut, d2.feed(wire.byteslice(0, cut), +"".b)
+      refute d2.done?
+
+      # A size that is not hex, or data longer than its size: refused.
+      assert_equal(-400, Weft::HTTP::Chunked.new.feed("g#{wire}", +"".b))
+      first = wire[/\A\h+/].to_i(16)
+      if first > 1
+        long = wire.sub(/\A\h+/, (first - 1).to_s(16))
+        assert_equal(-400, Weft::HTTP::Chunked.new.feed(long, +"".b))
+      end
+    end
+  end
+
   def test_bytes_one_at_a_time
     with_server(ECHO) do |port|
       sock = connect(port)

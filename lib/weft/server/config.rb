@@ -11,7 +11,7 @@ module Weft
       [:workers, 0, "-w, --workers N",
        "worker processes (0: serve in this process; N: preload the app, fork N)"],
       [:max_concurrency, 1024, "--max-concurrency N",
-       "connections held at once per process; at the cap the longest idle keep-alive one is closed, else new ones wait in the kernel's accept queue"],
+       "connections served at once per process (idle keep-alive ones beyond 256 wait without a fiber and take no slot); at the cap the longest idle one is closed, else new ones wait in the kernel's accept queue"],
       [:max_request_line, 8192, "--max-request-line BYTES", "request line limit (414 beyond)"],
       [:max_header_line, 8192, "--max-header-line BYTES", "one header field line limit (431 beyond)"],
       [:max_head, 16_384, "--max-head BYTES", "request head limit: line + fields (431 beyond)"],
