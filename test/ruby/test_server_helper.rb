@@ -76,6 +76,24 @@ module ServerTestHelper
     dirs.compact.uniq.join(File::PATH_SEPARATOR)
   end
 
+  # Whatever happens to this process (the watchdog's exit!, a kill),
+  # run +command+ (a shell line) once it has gone: a detached guardian
+  # that polls for it. Children and clusters of the tests are cleaned up
+  # that way even when teardown never runs.
+  def self.after_death(command)
+    pid = Process.spawn("bash", "-c", "while kill -0 #{Process.pid} 2>/dev/null; do sleep 0.5; done; #{command}",
+                        in: File::NULL, out: File::NULL, err: File::NULL, pgroup: true)
+    Process.detach(pid)
+  end
+
+  # Process.spawn in a process group of its own that is killed if this
+  # process dies first.
+  def self.spawn_guarded(*args, **options)
+    pid = Process.spawn(*args, **options, pgroup: true)
+    after_death("kill -KILL -- -#{pid} 2>/dev/null")
+    pid
+  end
+
   def errors_logged = @errors.string
   def access_logged = @access.string
 

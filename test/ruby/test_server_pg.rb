@@ -64,7 +64,9 @@ class TestServerPG < Minitest::Test
 
       vars = out.scan(/^export (\w+)=(.*)$/).to_h { |k, v| [k, v.gsub(/\\(.)/, '\1')] }
       @cluster_dir = vars["WEFT_PG_DIR"]
-      Minitest.after_run { system("bash", File.join(ROOT, "scripts/pg.sh"), "stop", @cluster_dir) }
+      stop = "bash #{File.join(ROOT, "scripts/pg.sh")} stop #{@cluster_dir}"
+      Minitest.after_run { system(stop) }
+      ServerTestHelper.after_death(stop) # also if this process is killed
       @conninfo = vars.fetch("WEFT_PG_CONNINFO", "")
     end
   end
@@ -99,8 +101,8 @@ class TestServerPG < Minitest::Test
 
   def start(*cmd)
     err = File.join(@dir, "err.log")
-    @pid = Process.spawn({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WEFT_PG_CONNINFO" => @conninfo }, *cmd,
-                         out: File::NULL, err: err, chdir: @dir)
+    @pid = ServerTestHelper.spawn_guarded({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WEFT_PG_CONNINFO" => @conninfo },
+                                          *cmd, out: File::NULL, err: err, chdir: @dir)
     deadline = now + 30
     until (port = File.read(err)[%r{serving on tcp://127\.0\.0\.1:(\d+)}, 1])
       raise "the server did not start:\n#{File.read(err)}" if now > deadline || Process.wait(@pid, Process::WNOHANG)

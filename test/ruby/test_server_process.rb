@@ -50,8 +50,8 @@ class TestServerProcess < Minitest::Test
   def spawn_server(*cmd, env: {}, ready: /serving on tcp:\/\/[\d.]+:(\d+)/)
     @out = File.join(@dir, "out.log")
     @err = File.join(@dir, "err.log")
-    pid = Process.spawn({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WAIT_FILE" => File.join(@dir, "go") }.merge(env), *cmd,
-                        out: @out, err: @err, chdir: @dir, pgroup: true)
+    pid = ServerTestHelper.spawn_guarded({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WAIT_FILE" => File.join(@dir, "go") }.merge(env),
+                                         *cmd, out: @out, err: @err, chdir: @dir)
     @children << pid
     port = wait_for_log(ready)[1].to_i
     [pid, port]
