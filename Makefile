@@ -277,7 +277,7 @@ endif
 # ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a
 # note) when Ruby's headers are not installed (Debian: ruby-dev).
-RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) $(wildcard src/*.c src/*.h src/arch/*) include/weft.h
+RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) contrib/http/http_parse.c contrib/http/http_parse.h $(wildcard src/*.c src/*.h src/arch/*) include/weft.h
 .PHONY: ruby test-ruby test-ruby-latest
 ifeq ($(RUBY_HDRS),1)
 ruby: lib/weft/weft.so

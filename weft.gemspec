@@ -22,7 +22,11 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 3.1"
   spec.platform = Gem::Platform::RUBY
   spec.files = Dir["lib/**/*.rb", "ext/weft/*.{c,h,rb}", "src/**/*.{c,h,S,map}",
-                   "include/*.h", "README.md", "LICENSE"].reject { |f| f.end_with?(".so") }
+                   "contrib/http/http_parse.{c,h}", "include/*.h", "bin/weft",
+                   "README.md", "LICENSE"].reject { |f| f.end_with?(".so") }
+  # `weft serve [config.ru]`: the Rack server (Weft::Server).
+  spec.bindir = "bin"
+  spec.executables = ["weft"]
   spec.extensions = ["ext/weft/extconf.rb"]
   spec.require_paths = ["lib"]
 end

@@ -7,7 +7,8 @@
  * must give the same answer; a parsed head must lie inside the input and
  * every pointer of the request must point into it; error answers must be
  * one of the documented statuses. Small limits are used one time in two so
- * the limit paths are reached with short inputs.
+ * the limit paths are reached with short inputs; chunked request bodies are
+ * accepted one time in four (the first byte's top bit).
  *
  *   build: see scripts/test.d/http.sh (clang -fsanitize=fuzzer,address,undefined)
  *   run:   build/fuzz/http_parse_fuzz -max_total_time=60 fuzz/corpus/http_parse
@@ -56,7 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       .max_headers = 4,
                                       .max_body = 100};
     unsigned step = (data[0] & 0x3f) + 1;
-    const http_limits *lim = (data[0] & 0x40) ? &small : NULL;
+    static const http_limits chunked = {.max_request_line = 8192,
+                                        .max_header_line = 8192,
+                                        .max_head = 16384,
+                                        .max_headers = 64,
+                                        .max_body = 1 << 20,
+                                        .accept_chunked = 1};
+    const http_limits *lim = (data[0] & 0x40) ? &small : (data[0] & 0x80) ? &chunked : NULL;
     data++;
     size--;
     /* A private copy, so that reads past the end are caught by ASan. */
@@ -90,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (whole > 0 && (r1.content_length != r2.content_length ||
                       r1.keep_alive != r2.keep_alive || r1.method != r2.method ||
-                      r1.nheaders != r2.nheaders))
+                      r1.nheaders != r2.nheaders || r1.chunked != r2.chunked))
         abort();
     free(buf);
     return 0;

@@ -142,6 +142,39 @@ static void connection_tokens(const char *v, size_t n, int *close, int *ka)
     }
 }
 
+/*
+ * Transfer-Encoding of a request (@count fields, @h the last): 0 when the
+ * only coding is chunked, else the status to answer. Chunked must be the
+ * final coding or the length is unknowable (400, RFC 9112 6.3); other
+ * codings (gzip, chunked) and repeated fields are not implemented (501);
+ * HTTP/1.0 has no transfer codings (400, RFC 9112 6.1).
+ */
+static int transfer_coding(const http_header *h, int count, int version_minor)
+{
+    if (version_minor == 0)
+        return -400;
+    const char *v = h->value;
+    size_t n = h->value_len;
+    /* The last list member, without whitespace around it. */
+    size_t e = n;
+    while (e > 0 && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+        e--;
+    size_t b = e;
+    while (b > 0 && v[b - 1] != ',')
+        b--;
+    size_t last = b;
+    while (last < e && (v[last] == ' ' || v[last] == '\t'))
+        last++;
+    if (!ieq(v + last, e - last, "chunked"))
+        return -400;
+    if (count > 1)
+        return -501;
+    for (size_t i = 0; i < b; i++)
+        if (v[i] != ' ' && v[i] != '\t' && v[i] != ',')
+            return -501; /* another coding before chunked */
+    return b > 0 ? -400 : 0; /* "chunked" alone; ", chunked" is malformed */
+}
+
 /* Parse the complete head @p[0..@n), which ends with CRLF CRLF. */
 static int parse_head(const char *p, size_t n, const http_limits *lim,
                       http_req *r)
@@ -188,6 +221,7 @@ static int parse_head(const char *p, size_t n, const http_limits *lim,
     }
 
     uint64_t cl = 0;
+    const http_header *te_h = NULL;
     int cl_seen = 0, te = 0, hosts = 0, close = 0, ka = 0;
     unsigned max_h = lim->max_headers < HTTP_MAX_HEADERS ? lim->max_headers
                                                          : HTTP_MAX_HEADERS;
@@ -249,8 +283,10 @@ static int parse_head(const char *p, size_t n, const http_limits *lim,
             }
             break;
         case 17:
-            if (http_name_is(h, "transfer-encoding"))
-                te = 1;
+            if (http_name_is(h, "transfer-encoding")) {
+                te++;
+                te_h = h;
+            }
             break;
         default:
             break;
@@ -262,8 +298,13 @@ static int parse_head(const char *p, size_t n, const http_limits *lim,
         return -400;
     if (hosts > 1 || (r->version_minor >= 1 && hosts == 0))
         return -400;
-    if (te)
-        return -501;
+    r->chunked = 0;
+    if (te) {
+        int rc = lim->accept_chunked ? transfer_coding(te_h, te, r->version_minor) : -501;
+        if (rc < 0)
+            return rc;
+        r->chunked = 1;
+    }
     if (cl > lim->max_body)
         return -413;
     r->content_length = cl;

@@ -29,6 +29,10 @@ typedef struct http_limits {
     size_t max_head;         /* request line + headers + CRLFs; -> 431     */
     unsigned max_headers;    /* header fields (<= HTTP_MAX_HEADERS); -> 431 */
     uint64_t max_body;       /* Content-Length above this -> 413           */
+    int accept_chunked;      /* nonzero: Transfer-Encoding: chunked request
+                              * bodies are accepted (http_req.chunked set;
+                              * the caller decodes them and enforces its
+                              * own body limit); zero: -501, as before      */
 } http_limits;
 
 /* Defaults: 8 KiB request line, 8 KiB header line, 16 KiB head, 64
@@ -58,6 +62,7 @@ typedef struct http_req {
     int version_minor;  /* HTTP/1.<minor>: 0 or 1 (higher minors read as 1) */
     int keep_alive;     /* persistent connection after this request        */
     uint64_t content_length; /* body bytes that follow the head (0: none)  */
+    int chunked;        /* the body is chunked (only with accept_chunked) */
     unsigned nheaders;
     http_header headers[HTTP_MAX_HEADERS];
 } http_req;
@@ -90,6 +95,12 @@ void http_scan_reset(http_scan *sc);
  * too large, -413 Content-Length above the limit, -501 a Transfer-Encoding
  * (request bodies are only accepted with Content-Length), -505 an HTTP
  * major version other than 1.
+ *
+ * With @lim->accept_chunked, a request whose only transfer coding is
+ * "chunked" (one Transfer-Encoding field, HTTP/1.1) is accepted with
+ * req->chunked = 1 and content_length 0; chunked not last, an empty value,
+ * or Transfer-Encoding in HTTP/1.0 -> -400 (RFC 9112 6.1, 6.3); other
+ * codings before chunked, or the field repeated -> -501.
  */
 int http_parse(http_scan *sc, const char *buf, size_t len,
                const http_limits *lim, http_req *req);

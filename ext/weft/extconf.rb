@@ -35,8 +35,14 @@ core = REACTOR_LAYER.map { |f| File.join(src, f) }
 missing = core.reject { |f| File.exist?(f) }
 abort "weft: reactor sources missing: #{missing.join(", ")}" unless missing.empty?
 
-$VPATH << src
-$srcs = ["scheduler.c"] + core.map { |f| File.basename(f) }
+# Weft::HTTP (http.c, for Weft::Server) binds contrib/http's request-head
+# parser, compiled in from there.
+http = File.join(root, "contrib", "http")
+abort "weft: #{http}/http_parse.c missing" unless File.exist?(File.join(http, "http_parse.c"))
+$INCFLAGS << " -I#{http}"
+
+$VPATH << src << http
+$srcs = ["scheduler.c", "http.c", "http_parse.c"] + core.map { |f| File.basename(f) }
 $objs = $srcs.map { |f| f.sub(/\.c\z/, ".#{$OBJEXT}") }
 
 create_makefile("weft/weft")
@@ -44,7 +50,7 @@ create_makefile("weft/weft")
 # mkmf's objects depend on their .c only: make every object depend on
 # weft's headers (struct layouts are shared by all of them) and on this
 # Makefile (its flags), so an incremental build never mixes layouts.
-headers = (Dir[File.join(src, "*.h")] + Dir[File.join(inc, "*.h")]).sort
+headers = (Dir[File.join(src, "*.h")] + Dir[File.join(inc, "*.h")] + [File.join(http, "http_parse.h")]).sort
 File.open("Makefile", "a") do |mk|
   mk.puts
   mk.puts "$(OBJS): #{headers.join(" ")} Makefile"

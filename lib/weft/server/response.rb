@@ -1,0 +1,357 @@
+# frozen_string_literal: true
+
+require "weft/server/stream"
+
+module Weft
+  class Server
+    # Calling the app and writing its response (mixed into Connection).
+    module Response
+      BINARY = Encoding::BINARY
+      TOKEN = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/.freeze
+      BAD_VALUE = /[\r\n\0]/.freeze
+      CRLF = "\r\n"
+      LAST_CHUNK = "0\r\n\r\n"
+      CLOSE = "connection: close\r\n"
+      KEEP_ALIVE = "connection: keep-alive\r\n"
+      CHUNKED = "transfer-encoding: chunked\r\n"
+      STATUS_LINES = Hash.new do |h, status|
+        h[status] = "HTTP/1.1 #{status} #{Weft::HTTP.reason(status)}\r\n".b.freeze if status.is_a?(Integer)
+      end
+      # Response header names the server acts on, in the spellings apps
+      # use; others are looked up again in lower case when their length
+      # matches one of these.
+      SPECIAL = {}.tap do |h|
+        %w[content-length transfer-encoding connection date server].each do |name|
+          h[name] = name
+          h[name.split("-").map(&:capitalize).join("-")] = name
+          h[name.upcase] = name
+        end
+      end.freeze
+      SPECIAL_LENGTHS = SPECIAL.keys.map(&:bytesize).uniq.freeze
+      # Exceptions the server lets through instead of answering 500.
+      FATAL = [Weft::Stop, NoMemoryError, SignalException, SystemExit].freeze
+      ERROR_BODY = "Internal Server Error"
+      # Bodies up to this size are copied into the head's string and sent
+      # with it in one write.
+      COALESCE = 64 * 1024
+
+      # An app's response the server cannot send: 500 and a log line
+      # naming the problem.
+      class Invalid < StandardError; end
+
+      private
+
+      # Call the app and answer; true when the connection stays open.
+      def respond(env, keep, head_only, minor)
+        body = nil
+        begin
+          status, headers, body = @app_response = @server.app.call(env)
+        rescue *FATAL
+          raise
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}", e)
+          return internal_error(env, keep)
+        end
+        return false if @hijacked # full hijack: the app owns the socket now
+
+        keep &&= !@server.stopping? # a stop began while the app ran
+        keep = write_response(env, status, headers, body, keep, head_only, minor)
+        @server._served
+        keep
+      ensure
+        close_body(body, env)
+      end
+
+      def close_body(body, env)
+        body.close if body.respond_to?(:close)
+      rescue *FATAL
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.close", e)
+      end
+
+      def internal_error(env, keep)
+        write_head_only(500, ERROR_BODY, keep)
+        @log.access(@remote_addr, env, 500, ERROR_BODY.bytesize)
+        @server._served
+        keep
+      end
+
+      def write_head_only(status, text, keep)
+        @sock.write("#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{text.bytesize}\r\n" \
+                    "#{@server.date_line}#{keep ? "" : CLOSE}\r\n#{text}")
+      end
+
+      # The answer to a refused request, then the connection closes.
+      def write_error(status)
+        write_head_only(status, Weft::HTTP.reason(status), false)
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      # Validate and send; returns whether the connection persists.
+      def write_response(env, status, headers, body, keep, head_only, minor)
+        code = status_code(status)
+        head = STATUS_LINES[code].dup
+        keep = add_headers(head, headers, keep)
+        length = @length
+        chunked_by_app = @chunked_by_app
+        hijack = @hijack
+        # 1xx, 204 and 304 have no body; nor has an answer to HEAD.
+        no_body = head_only || code < 200 || code == 204 || code == 304
+
+        if hijack
+          end_head(head, false, minor)
+          @sock.write(head)
+          @log.access(@remote_addr, env, code, 0)
+          @hijacked = true
+          hijack.call(@sock)
+          return false
+        end
+
+        if body.respond_to?(:to_ary) && (parts = body.to_ary)
+          send_parts(env, head, code, parts, length || chunked_by_app, head_only, no_body, keep, minor)
+        elsif !no_body && body.respond_to?(:to_path) && !body.respond_to?(:call) && File.file?(path = body.to_path.to_s)
+          send_file(env, head, code, path, length, keep, minor)
+        elsif body.respond_to?(:each)
+          send_each(env, head, code, body, length || chunked_by_app, no_body, keep, minor)
+        elsif body.respond_to?(:call)
+          send_stream(env, head, code, body, length, no_body, minor)
+        else
+          raise Invalid, "the body (#{body.class}) responds to none of each, to_ary, to_path, call"
+        end
+      rescue Invalid => e
+        @log.error("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: invalid response from the app: #{e.message}")
+        internal_error(env, keep)
+      end
+
+      def status_code(status)
+        code = status.is_a?(Integer) ? status : Integer(status.to_s, 10)
+        raise Invalid, "status #{status.inspect} is not between 100 and 999" unless code.between?(100, 999)
+
+        code
+      rescue ArgumentError, TypeError
+        raise Invalid, "status #{status.inspect} is not an Integer"
+      end
+
+      # Append the app's header fields (validated), Date and Server to
+      # +head+. Sets @length (content-length or nil), @chunked_by_app and
+      # @hijack (a partial hijack callback or nil); returns keep.
+      def add_headers(head, headers, keep)
+        raise Invalid, "headers (#{headers.class}) do not respond to each" unless headers.respond_to?(:each)
+
+        @length = @hijack = nil
+        @chunked_by_app = date = server = false
+        headers.each do |name, value|
+          raise Invalid, "header name #{name.inspect} is not a String" unless name.is_a?(String)
+
+          if name.start_with?("rack.")
+            if name == "rack.hijack"
+              raise Invalid, "rack.hijack header does not respond to call" unless value.respond_to?(:call)
+
+              @hijack = value
+            end
+            next
+          end
+          raise Invalid, "header name #{name.inspect} is not a token" unless TOKEN.match?(name)
+
+          special = SPECIAL[name] || (SPECIAL_LENGTHS.include?(name.bytesize) && SPECIAL[name.downcase])
+          if special
+            values = header_values(name, value)
+            case special
+            when "content-length"
+              raise Invalid, "content-length #{value.inspect} is not a number" unless values.size == 1 && /\A\d+\z/.match?(values[0])
+
+              @length = values[0].to_i
+            when "transfer-encoding" then @chunked_by_app = true
+            when "connection"
+              keep = false if values.any? { |v| v.casecmp?("close") }
+              next # ours is written at the end of the head
+            when "date" then date = true
+            when "server" then server = true
+            end
+            values.each { |v| add_field(head, name, v) }
+          elsif value.is_a?(String) && !value.include?("\n")
+            raise Invalid, "header #{name} value #{value.inspect} has CR, LF or NUL" if BAD_VALUE.match?(value)
+
+            add_field(head, name, value) # the common case, without an Array
+          else
+            header_values(name, value).each { |v| add_field(head, name, v) }
+          end
+        end
+        head << @server.date_line unless date
+        head << @server.server_line unless server
+        keep
+      end
+
+      def add_field(head, name, value)
+        head << name << ": " << (value.ascii_only? ? value : value.b) << CRLF
+      end
+
+      # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
+      # joined by "\n" for repeated fields) as an Array of field values,
+      # each free of CR, LF and NUL.
+      def header_values(name, value)
+        values =
+          if value.is_a?(String)
+            value.include?("\n") ? value.split("\n") : [value]
+          elsif value.is_a?(Array) && value.all?(String)
+            value
+          else
+            raise Invalid, "header #{name} has a #{value.class} value (Strings only)"
+          end
+        values.each do |v|
+          raise Invalid, "header #{name} value #{v.inspect} has CR, LF or NUL" if BAD_VALUE.match?(v)
+        end
+        values
+      end
+
+      # Append body bytes to a binary buffer (a non-ASCII String in
+      # another encoding would otherwise change the buffer's encoding).
+      def append(buf, str)
+        buf << (str.ascii_only? || str.encoding == BINARY ? str : str.b)
+      end
+
+      # The Connection field and the end of the head.
+      def end_head(head, keep, minor)
+        if !keep
+          head << CLOSE
+        elsif minor.zero?
+          head << KEEP_ALIVE
+        end
+        head << CRLF
+      end
+
+      # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
+      # joined by "\n" for repeated fields) as an Array of field values,
+      # each free of CR, LF and NUL.
+      def header_values(name, value)
+        values =
+          if value.is_a?(String)
+            value.include?("\n") ? value.split("\n") : [value]
+          elsif value.is_a?(Array) && value.all?(String)
+            value
+          else
+            raise Invalid, "header #{name} has a #{value.class} value (Strings only)"
+          end
+        values.each do |v|
+          raise Invalid, "header #{name} value #{v.inspect} has CR, LF or NUL" if BAD_VALUE.match?(v)
+        end
+        values
+      end
+
+      # A body given as an Array (to_ary): one write, Content-Length added.
+      # (HEAD: an empty body says nothing of the GET's length, so none.)
+      def send_parts(env, head, code, parts, framed, head_only, no_body, keep, minor)
+        bytes = 0
+        parts.each do |p|
+          raise Invalid, "body part #{p.class} is not a String" unless p.is_a?(String)
+
+          bytes += p.bytesize
+        end
+        unless framed || code < 200 || code == 204 || code == 304 || (head_only && bytes.zero?)
+          head << "content-length: " << bytes.to_s << CRLF
+        end
+        end_head(head, keep, minor)
+        # One write: IO#write with several strings costs Ruby 3.1 under a
+        # scheduler one send per string plus a poll between them.
+        if no_body || bytes.zero?
+          @sock.write(head)
+        elsif bytes <= COALESCE
+          parts.each { |p| append(head, p) }
+          @sock.write(head)
+        else
+          @sock.write(head)
+          parts.each { |p| @sock.write(p) }
+        end
+        @log.access(@remote_addr, env, code, no_body ? 0 : bytes)
+        keep
+      end
+
+      # A file body (to_path): sent by the kernel (sendfile through
+      # IO.copy_stream), never read into Ruby strings.
+      def send_file(env, head, code, path, length, keep, minor)
+        File.open(path, "rb") do |file|
+          size = length || file.size
+          head << "content-length: #{size}\r\n" unless length
+          end_head(head, keep, minor)
+          @sock.write(head)
+          IO.copy_stream(file, @sock, size)
+          @log.access(@remote_addr, env, code, size)
+        end
+        keep
+      end
+
+      # A body that yields its parts (each): written as they come, framed
+      # by the app's Content-Length, or chunked (HTTP/1.1), or by closing
+      # the connection (HTTP/1.0). The head goes out with the first part.
+      def send_each(env, head, code, body, framed, no_body, keep, minor)
+        chunk = false
+        unless framed || no_body || code < 200 || code == 204 || code == 304
+          if minor.zero?
+            keep = false
+          else
+            head << CHUNKED
+            chunk = true
+          end
+        end
+        end_head(head, keep, minor)
+        pending = head
+        bytes = 0
+        begin
+          body.each do |part|
+            raise Invalid, "body part #{part.class} is not a String" unless part.is_a?(String)
+            next if no_body || part.empty?
+
+            bytes += part.bytesize
+            out = pending || String.new(encoding: BINARY, capacity: part.bytesize + 16)
+            out << part.bytesize.to_s(16) << CRLF if chunk
+            if part.bytesize <= COALESCE
+              append(out, part)
+              out << CRLF if chunk
+              @sock.write(out)
+            else
+              @sock.write(out)
+              @sock.write(part)
+              @sock.write(CRLF) if chunk
+            end
+            pending = nil
+          end
+        rescue Invalid, StandardError => e
+          raise if e.is_a?(IOError) || e.is_a?(SystemCallError) # the peer left
+          raise if pending && e.is_a?(Invalid) # nothing sent: answer 500
+
+          if pending
+            @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.each", e)
+            return internal_error(env, keep)
+          end
+          # The head is out: all we can do is end the connection, so the
+          # client sees a truncated (never a complete-looking) answer.
+          @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.each after the head was sent", e)
+          return false
+        end
+        if pending
+          pending << LAST_CHUNK if chunk
+          @sock.write(pending)
+        elsif chunk
+          @sock.write(LAST_CHUNK)
+        end
+        @log.access(@remote_addr, env, code, bytes)
+        keep
+      end
+
+      # Rack 3 streaming body (call(stream)): the head, then the body owns
+      # the connection (closed when it closes the stream).
+      def send_stream(env, head, code, body, length, no_body, minor)
+        end_head(head, false, minor)
+        @sock.write(head)
+        @log.access(@remote_addr, env, code, length || 0)
+        return false if no_body
+
+        @hijacked = true
+        body.call(Stream.new(@sock))
+        false
+      end
+    end
+  end
+end

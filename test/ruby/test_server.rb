@@ -1,0 +1,586 @@
+# frozen_string_literal: true
+
+require_relative "test_server_helper"
+require "tmpdir"
+
+# Weft::Server's HTTP/1.1 and Rack behaviour, against a raw client. Every
+# app runs under Rack::Lint (a few tests of the server's own response
+# checks are marked: Lint would refuse those responses first).
+class TestServer < Minitest::Test
+  include WeftTestHelper
+  include ServerTestHelper
+
+  HELLO = ->(_env) { [200, { "content-type" => "text/plain" }, ["Hello, World!"]] }
+  ECHO = lambda do |env|
+    body = env["rack.input"].read
+    env["rack.input"].rewind
+    again = env["rack.input"].read
+    raise "rack.input did not rewind" unless again == body
+
+    [200, { "content-type" => "application/octet-stream", "x-length" => env["CONTENT_LENGTH"].to_s }, [body]]
+  end
+  PATH = ->(env) { [200, { "content-type" => "text/plain" }, ["#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}?#{env["QUERY_STRING"]}"]] }
+
+  def test_get_has_length_date_and_server
+    with_server(HELLO, lint: false) do |port| # Lint's body has no to_ary: it would be chunked
+      r = get(port)
+      assert_equal 200, r.status
+      assert_equal "Hello, World!", r.body
+      assert_equal "13", r["content-length"]
+      assert_match(/\A\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT\z/, r["date"])
+      assert_equal "weft/#{Weft::VERSION}", r["server"]
+      assert_nil r["connection"]
+    end
+    assert_match(%r{"GET / HTTP/1.1" 200 13\n\z}, access_logged)
+  end
+
+  def test_env_from_request
+    seen = nil
+    app = lambda do |env|
+      seen = env.dup
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    with_server(app) do |port|
+      get(port, "/a/b%20c?x=1&y=2", "X-Multi: 1\r\nX-Multi: 2\r\nCookie: a=1\r\nCookie: b=2\r\nX_Evil: 1\r\n" \
+                                    "Content-Type: text/x\r\n")
+    end
+    assert_equal "GET", seen["REQUEST_METHOD"]
+    assert_equal "", seen["SCRIPT_NAME"]
+    assert_equal "/a/b%20c", seen["PATH_INFO"]
+    assert_equal "x=1&y=2", seen["QUERY_STRING"]
+    assert_equal "HTTP/1.1", seen["SERVER_PROTOCOL"]
+    assert_equal "test", seen["SERVER_NAME"]
+    assert_equal "80", seen["SERVER_PORT"]
+    assert_equal "1, 2", seen["HTTP_X_MULTI"]
+    assert_equal "a=1; b=2", seen["HTTP_COOKIE"]
+    assert_equal "text/x", seen["CONTENT_TYPE"]
+    refute seen.key?("HTTP_CONTENT_TYPE")
+    refute seen.key?("HTTP_X_EVIL"), "a name with '_' is dropped"
+    assert_equal "127.0.0.1", seen["REMOTE_ADDR"]
+    assert_equal "http", seen["rack.url_scheme"]
+  end
+
+  def test_host_with_port_and_absolute_form
+    seen = []
+    app = ->(env) { seen << [env["SERVER_NAME"], env["SERVER_PORT"], env["PATH_INFO"]]; [204, {}, []] }
+    with_server(app) do |port|
+      request(port, "GET /x HTTP/1.1\r\nHost: example.org:8080\r\n\r\n")
+      request(port, "GET /y HTTP/1.1\r\nHost: [::1]:81\r\n\r\n")
+      request(port, "GET http://other.example:9000/z?q HTTP/1.1\r\nHost: ignored\r\n\r\n")
+    end
+    assert_equal [%w[example.org 8080 /x], ["[::1]", "81", "/y"], %w[other.example 9000 /z]], seen
+  end
+
+  def test_extension_methods_reach_the_app
+    with_server(PATH) do |port|
+      %w[PURGE PROPFIND PATCH OPTIONS DELETE].each do |m|
+        r = request(port, "#{m} /m HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert_equal 200, r.status
+        assert_equal "#{m} /m?", r.body
+      end
+    end
+  end
+
+  def test_keep_alive_and_pipelining_in_order
+    with_server(PATH) do |port|
+      sock = connect(port)
+      sock.write("GET /1 HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      assert_equal "GET /1?", read_response(sock, buf).body
+      sock.write((2..6).map { |i| "GET /#{i} HTTP/1.1\r\nHost: t\r\n\r\n" }.join)
+      (2..6).each { |i| assert_equal "GET /#{i}?", read_response(sock, buf).body }
+      sock.write("GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      r = read_response(sock, buf)
+      assert r.close?
+      assert closed_by_server?(sock)
+      sock.close
+    end
+  end
+
+  def test_pipelined_posts_with_bodies
+    with_server(ECHO) do |port|
+      sock = connect(port)
+      sock.write("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc" \
+                 "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nde\r\n0\r\n\r\n" \
+                 "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nf")
+      buf = +"".b
+      assert_equal %w[abc de f], Array.new(3) { read_response(sock, buf).body }
+      sock.close
+    end
+  end
+
+  def test_head_sends_no_body
+    with_server(Rack::Head.new(Rack::ContentLength.new(HELLO))) do |port|
+      sock = connect(port)
+      sock.write("HEAD / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      r = read_response(sock, buf, head_request: true)
+      assert_equal "13", r["content-length"]
+      assert_equal "Hello, World!", read_response(sock, buf).body, "HEAD's answer had a body"
+      sock.close
+    end
+  end
+
+  def test_http10_closes_unless_keep_alive
+    with_server(Rack::ContentLength.new(HELLO)) do |port|
+      sock = connect(port)
+      sock.write("GET / HTTP/1.0\r\n\r\n")
+      r = read_response(sock)
+      assert_equal "Hello, World!", r.body
+      assert closed_by_server?(sock)
+      sock.close
+
+      sock = connect(port)
+      sock.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      buf = +"".b
+      r = read_response(sock, buf)
+      assert_equal "keep-alive", r["connection"]
+      sock.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      assert_equal "Hello, World!", read_response(sock, buf).body
+      sock.close
+    end
+    # Without a length, an HTTP/1.0 answer ends with the connection.
+    with_server(HELLO) do |port|
+      sock = connect(port)
+      sock.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      r = read_response(sock)
+      assert_equal ["close", "Hello, World!"], [r["connection"], r.body]
+      sock.close
+    end
+  end
+
+  def test_chunked_response_without_length
+    app = lambda do |_env|
+      body = Object.new
+      def body.each = %w[a bb ccc].each { |s| yield s }
+      [200, { "content-type" => "text/plain" }, body]
+    end
+    with_server(app) do |port|
+      r = get(port)
+      assert_equal "chunked", r["transfer-encoding"]
+      assert_equal "abbccc", r.body
+      # HTTP/1.0 has no chunked coding: the end of the body is the close.
+      r = request(port, "GET / HTTP/1.0\r\n\r\n")
+      assert_nil r["transfer-encoding"]
+      assert r.close?
+      assert_equal "abbccc", r.body
+    end
+  end
+
+  def test_connection_close_from_the_app
+    app = ->(_env) { [200, { "content-type" => "text/plain", "connection" => "close" }, ["bye"]] }
+    with_server(app) do |port|
+      sock = connect(port)
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert read_response(sock).close?
+      assert closed_by_server?(sock)
+      sock.close
+    end
+  end
+
+  def test_post_bodies_in_memory_and_in_a_tempfile
+    with_server(ECHO, input_memory: 1024) do |port|
+      small = "x" * 100
+      big = (0..200_000).map { |i| (i % 251).chr }.join.b
+      [small, big].each do |data|
+        r = request(port, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: #{data.bytesize}\r\n\r\n#{data}")
+        assert_equal data.bytesize, r.body.bytesize
+        assert_equal data, r.body
+      end
+    end
+  end
+
+  def test_chunked_request_body
+    with_server(ECHO) do |port|
+      r = request(port, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" \
+                        "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: yes\r\n\r\n")
+      assert_equal 200, r.status
+      assert_equal "hello world", r.body
+      assert_equal "11", r["x-length"]
+    end
+  end
+
+  def test_expect_100_continue
+    with_server(ECHO) do |port|
+      sock = connect(port)
+      sock.write("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+      buf = +"".b
+      interim = read_response(sock, buf)
+      assert_equal 100, interim.status
+      sock.write("hello")
+      r = read_response(sock, buf)
+      assert_equal [200, "hello"], [r.status, r.body]
+      sock.close
+    end
+  end
+
+  # A body with to_path is sent with IO.copy_stream (sendfile), never
+  # through each (no Lint here: Rack 2.2's Lint body hides to_path).
+  class FileBody
+    def initialize(path) = @path = path
+    def to_path = @path
+    def each = raise("each must not be called for a file body")
+  end
+
+  def test_file_body_is_sent_without_each
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "f.bin")
+      data = Random.new(1).bytes(300_000)
+      File.binwrite(path, data)
+      with_server(->(_env) { [200, { "content-type" => "application/octet-stream" }, FileBody.new(path)] }, lint: false) do |port|
+        r = get(port)
+        assert_equal 200, r.status
+        assert_equal data.bytesize.to_s, r["content-length"]
+        assert_equal data, r.body
+      end
+      with_server(Rack::Files.new(dir)) do |port| # and through Lint
+        r = get(port, "/f.bin")
+        assert_equal [200, data], [r.status, r.body]
+      end
+    end
+  end
+
+  def test_rack3_streaming_body
+    app = lambda do |_env|
+      body = lambda do |stream|
+        stream.write("one,")
+        stream.write("two")
+      ensure
+        stream.close
+      end
+      [200, { "content-type" => "text/plain" }, body]
+    end
+    with_server(app, lint: false) do |port| # Rack 2.2's Lint knows no streaming bodies
+      r = get(port)
+      assert_equal "one,two", r.body
+      assert r.close?
+    end
+  end
+
+  def test_app_exception_is_a_500_without_the_message
+    app = ->(env) { env["PATH_INFO"] == "/boom" ? raise("secret detail") : [200, { "content-type" => "text/plain" }, ["fine"]] }
+    with_server(app) do |port|
+      sock = connect(port)
+      sock.write("GET /boom HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      r = read_response(sock, buf)
+      assert_equal 500, r.status
+      refute_includes r.body, "secret"
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal "fine", read_response(sock, buf).body, "the connection goes on after a 500"
+      sock.close
+    end
+    assert_match(/ERROR GET \/boom: RuntimeError: secret detail\n    .*test_server\.rb:\d+/, errors_logged)
+  end
+
+  def test_body_each_raising_after_the_head_closes_the_connection
+    app = lambda do |env|
+      return [200, { "content-type" => "text/plain" }, ["fine"]] if env["PATH_INFO"] == "/fine"
+
+      body = Object.new
+      def body.each
+        yield "part"
+        raise "mid-body"
+      end
+      [200, { "content-type" => "text/plain" }, body]
+    end
+    with_server(app) do |port|
+      sock = connect(port)
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      read_until(sock, buf) { false }
+      refute_includes buf, "0\r\n\r\n", "a truncated body must not look complete"
+      sock.close
+      assert_equal "fine", get(port, "/fine").body
+    end
+    assert_includes errors_logged, "mid-body"
+  end
+
+  # The server's own checks of the response (Lint would refuse these
+  # responses before the server sees them, so no Lint here).
+  def test_header_injection_is_refused
+    closed = []
+    make_body = -> { Rack::BodyProxy.new(["x"]) { closed << true } }
+    apps = {
+      "/crlf" => ->(_e) { [200, { "x-a" => "ok\r\nSet-Cookie: evil=1" }, make_body.call] },
+      "/cr" => ->(_e) { [200, { "x-a" => "ok\rx" }, make_body.call] },
+      "/nul" => ->(_e) { [200, { "x-a" => "a\0b" }, make_body.call] },
+      "/name" => ->(_e) { [200, { "x a" => "v" }, make_body.call] },
+      "/status" => ->(_e) { ["abc", {}, make_body.call] },
+      "/value" => ->(_e) { [200, { "x-a" => 5 }, make_body.call] },
+    }
+    app = ->(env) { apps.fetch(env["PATH_INFO"]).call(env) }
+    with_server(app, lint: false) do |port|
+      apps.each_key do |path|
+        r = get(port, path)
+        assert_equal 500, r.status, path
+        refute_includes r.raw_head, "evil"
+      end
+    end
+    assert_equal apps.size, closed.size, "body.close on every path"
+    assert_includes errors_logged, "header x-a value \"ok\\r\" has CR, LF or NUL"
+    assert_includes errors_logged, "status \"abc\" is not an Integer"
+    assert_includes errors_logged, "header x-a has a Integer value"
+  end
+
+  def test_rack2_multiline_header_values_become_fields
+    app = ->(_env) { [200, { "content-type" => "text/plain", "set-cookie" => "a=1\nb=2" }, ["x"]] }
+    with_server(app) do |port|
+      r = get(port)
+      assert_equal "a=1\nb=2", r["set-cookie"]
+      assert_equal 2, r.raw_head.scan(/^set-cookie: /).size
+    end
+  end
+
+  def test_requests_run_concurrently
+    n = 20
+    arrived = Thread::Queue.new
+    release = Thread::Queue.new
+    app = lambda do |_env|
+      arrived << 1
+      release.pop # every request waits here at once
+      [200, { "content-type" => "text/plain" }, ["done"]]
+    end
+    with_server(app) do |port|
+      socks = Array.new(n) { connect(port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n") } }
+      n.times { arrived.pop } # all n are in the app at the same time
+      n.times { release << 1 }
+      socks.each { |s| assert_equal "done", read_response(s).body; s.close }
+    end
+  end
+
+  def test_max_concurrency_bounds_connections_in_flight
+    in_flight = max_seen = 0
+    app = lambda do |_env|
+      in_flight += 1
+      max_seen = [max_seen, in_flight].max
+      sleep 0.01 # a wait, so that others could run meanwhile
+      in_flight -= 1
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    with_server(app, max_concurrency: 2) do |port|
+      socks = Array.new(8) { connect(port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n") } }
+      socks.each { |s| assert_equal "ok", read_response(s).body; s.close }
+    end
+    assert_equal 2, max_seen
+  end
+
+  def test_at_the_cap_an_idle_keep_alive_connection_makes_room
+    park = Weft::Server::PARK_ABOVE
+    skip "idle connections are parked without a fiber here: they take no slot" if park && park < 2
+    with_server(HELLO, max_concurrency: 2) do |port|
+      idle = Array.new(2) do
+        s = connect(port)
+        s.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert_equal 200, read_response(s).status
+        s
+      end
+      # Both slots are held by idle keep-alive connections: a third client
+      # is still served, and the oldest idle connection was closed for it.
+      assert_equal "Hello, World!", get(port).body
+      assert closed_by_server?(idle[0])
+      idle.each(&:close)
+    end
+  end
+
+  # Requests pipelined after a Connection: close one are not answered,
+  # and the answers already sent are not lost to a reset.
+  def test_pipelined_input_after_close_is_drained_not_reset
+    with_server(PATH) do |port|
+      sock = connect(port)
+      sock.write("GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" + "GET /b HTTP/1.1\r\nHost: t\r\n\r\n" * 50)
+      r = read_response(sock)
+      assert_equal "GET /a?", r.body
+      assert closed_by_server?(sock)
+      sock.close
+    end
+  end
+
+  # Many idle keep-alive connections: beyond PARK_ABOVE they wait in the
+  # poller without a fiber, and each is served again when it sends.
+  def test_parked_connections_are_served_again
+    park = Weft::Server::PARK_ABOVE
+    skip "parking is off" unless park && defined?(Weft::HTTP::Poller)
+    n = park + 20
+    with_server(PATH, max_concurrency: n + 10) do |port, server|
+      socks = Array.new(n) do |i|
+        s = connect(port)
+        s.write("GET /first#{i} HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert_equal "GET /first#{i}?", read_response(s).body
+        s
+      end
+      assert_operator server.instance_variable_get(:@parked).size, :>=, 1, "none parked"
+      socks.each_with_index do |s, i|
+        s.write("GET /again#{i} HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert_equal "GET /again#{i}?", read_response(s).body
+      end
+      socks.each(&:close)
+    end
+  end
+
+  # Regression: fibers are reused across connections. Handing a burst of
+  # new connections to spare fibers by Queue#num_waiting (which still
+  # counts woken waiters) queued more connections than fibers were free;
+  # the extra ones waited until a keep-alive connection ended (an
+  # idle_timeout; here beyond the hang guard).
+  def test_a_burst_of_connections_after_a_burst_is_served_at_once
+    app = ->(_env) { sleep 0.001; [200, { "content-type" => "text/plain" }, ["ok"]] }
+    with_server(app, idle_timeout: 60, max_concurrency: 1000) do |port|
+      3.times do
+        socks = Array.new(Weft::Server::SPARE_FIBERS + 60) do
+          connect(port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n") }
+        end
+        socks.each { |s| assert_equal "ok", read_response(s).body }
+        socks.each(&:close)
+      end
+    end
+  end
+
+  def test_max_requests_per_connection
+    with_server(HELLO, max_requests: 3) do |port|
+      sock = connect(port)
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n" * 3)
+      buf = +"".b
+      2.times { refute read_response(sock, buf).close? }
+      assert read_response(sock, buf).close?
+      assert closed_by_server?(sock)
+      sock.close
+    end
+  end
+
+  def test_idle_keep_alive_connection_is_closed
+    with_server(HELLO, idle_timeout: 0.2) do |port|
+      sock = connect(port)
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      assert_equal 200, read_response(sock, buf).status
+      assert closed_by_server?(sock)
+      sock.close
+    end
+  end
+
+  def test_client_gone_mid_response_does_not_disturb_others
+    big = "x" * (4 << 20)
+    app = lambda do |env|
+      body = env["PATH_INFO"] == "/big" ? [big] : ["small"]
+      [200, { "content-type" => "text/plain" }, body]
+    end
+    with_server(app) do |port|
+      sock = connect(port)
+      sock.write("GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+      sock.read(1000)
+      sock.close # mid-response
+      assert_equal "small", get(port, "/s").body
+    end
+  end
+
+  def test_graceful_stop_answers_requests_in_flight
+    arrived = Thread::Queue.new
+    release = Thread::Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/wait"
+        arrived << 1
+        release.pop
+      end
+      [200, { "content-type" => "text/plain" }, ["finished"]]
+    end
+    errors = LogIO.new
+    server = Weft::Server.new(Rack::Lint.new(app), bind: "tcp://127.0.0.1:0", quiet: true, log: errors)
+    server.open_listeners
+    port = server.ports.first
+    thread = Thread.new { server.run }
+    idle = connect(port)
+    idle.write("GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+    buf = +"".b
+    assert_equal "finished", read_response(idle, buf).body # now idle, kept alive
+    busy = Array.new(3) { connect(port).tap { |s| s.write("GET /wait HTTP/1.1\r\nHost: t\r\n\r\n") } }
+    3.times { arrived.pop }
+    server.stop
+    assert closed_by_server?(idle), "an idle keep-alive connection is closed at once"
+    3.times { release << 1 }
+    busy.each do |s|
+      r = read_response(s)
+      assert_equal "finished", r.body
+      assert r.close?
+      s.close
+    end
+    assert thread.join(GUARD)
+    idle.close
+    assert_raises(Errno::ECONNREFUSED) { connect(port) }
+  end
+
+  def test_shutdown_timeout_stops_fibers_and_runs_ensure
+    ensured = Thread::Queue.new
+    arrived = Thread::Queue.new
+    app = lambda do |_env|
+      arrived << 1
+      sleep
+    ensure
+      ensured << :ran
+    end
+    errors = LogIO.new
+    server = Weft::Server.new(Rack::Lint.new(app), bind: "tcp://127.0.0.1:0", quiet: true, log: errors, shutdown_timeout: 0.2)
+    server.open_listeners
+    thread = Thread.new { server.run }
+    sock = connect(server.ports.first)
+    sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    arrived.pop
+    server.stop
+    assert thread.join(GUARD)
+    assert_equal :ran, ensured.pop
+    assert_includes errors.string, "still busy after 0.2s"
+    sock.close
+  end
+
+  def test_full_hijack_echo
+    app = lambda do |env|
+      return [200, { "content-type" => "text/plain" }, ["plain"]] unless env["HTTP_UPGRADE"] == "echo"
+
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+      while (line = io.gets)
+        break if line == "bye\n"
+
+        io.write("echo: #{line}")
+      end
+      io.close
+      [-1, {}, []]
+    end
+    with_server(app) do |port|
+      ws = connect(port)
+      ws.write("GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+      buf = +"".b
+      read_until(ws, buf) { buf.include?("\r\n\r\n") }
+      assert buf.start_with?("HTTP/1.1 101 ")
+      buf.clear
+      ws.write("hello\n")
+      read_until(ws, buf) { buf.end_with?("\n") }
+      assert_equal "echo: hello\n", buf
+      # Meanwhile the server serves others: the hijacked socket waits in
+      # the scheduler, not in a blocking read.
+      assert_equal "plain", get(port).body
+      buf.clear
+      ws.write("again\n")
+      read_until(ws, buf) { buf.end_with?("\n") }
+      assert_equal "echo: again\n", buf
+      ws.write("bye\n")
+      assert closed_by_server?(ws)
+      ws.close
+    end
+  end
+
+  def test_partial_hijack
+    app = lambda do |_env|
+      hijack = lambda do |io|
+        io.write("streamed by the app")
+        io.close
+      end
+      [200, { "content-type" => "text/plain", "rack.hijack" => hijack }, []]
+    end
+    with_server(app) do |port|
+      r = get(port)
+      assert_equal 200, r.status
+      assert_equal "streamed by the app", r.body
+    end
+  end
+end

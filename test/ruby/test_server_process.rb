@@ -1,0 +1,274 @@
+# frozen_string_literal: true
+
+require_relative "test_server_helper"
+require "net/http"
+require "tmpdir"
+require "rbconfig"
+
+# weft serve, rackup -s weft and Sinatra as child processes, driven with
+# Net::HTTP and curl: logs, signals, worker processes, graceful stop with
+# requests in flight and a rolling restart under load.
+class TestServerProcess < Minitest::Test
+  include WeftTestHelper
+  include ServerTestHelper
+
+  LIB = File.expand_path("../../lib", __dir__)
+  WEFT = File.expand_path("../../bin/weft", __dir__)
+
+  # An app for the cluster tests: /wait blocks until the file named by
+  # WAIT_FILE exists (a cross-process barrier, no timing); every request
+  # that reaches /wait says so on stderr.
+  CONFIG_RU = <<~'RUBY'
+    run lambda { |env|
+      if env["PATH_INFO"] == "/wait"
+        $stderr.write("arrived #{Process.pid}\n")
+        sleep 0.005 until File.exist?(ENV.fetch("WAIT_FILE"))
+      end
+      [200, { "content-type" => "text/plain" }, ["pid #{Process.pid}"]]
+    }
+  RUBY
+
+  def setup
+    super
+    @dir = Dir.mktmpdir("weft-serve")
+    @children = []
+  end
+
+  def teardown
+    @children.each do |pid|
+      Process.kill("KILL", pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+    FileUtils.rm_rf(@dir)
+    super
+  end
+
+  # Start a command with stdout and stderr in files; wait (hang guard)
+  # for the startup line and return [pid, port].
+  def spawn_server(*cmd, env: {}, ready: /serving on tcp:\/\/[\d.]+:(\d+)/)
+    @out = File.join(@dir, "out.log")
+    @err = File.join(@dir, "err.log")
+    pid = ServerTestHelper.spawn_guarded({ "RUBYLIB" => ServerTestHelper.child_rubylib, "WAIT_FILE" => File.join(@dir, "go") }.merge(env),
+                                         *cmd, out: @out, err: @err, chdir: @dir)
+    @children << pid
+    port = wait_for_log(ready)[1].to_i
+    [pid, port]
+  end
+
+  def log_out = File.exist?(@out) ? File.read(@out) : ""
+  def log_err = File.exist?(@err) ? File.read(@err) : ""
+
+  # Poll the error log until +pattern+ matches (hang guard only).
+  def wait_for_log(pattern, count: 1)
+    deadline = now + 30
+    loop do
+      matches = log_err.to_enum(:scan, pattern).map { Regexp.last_match }
+      return matches[count - 1] if matches.size >= count
+      raise "not seen in the log: #{pattern.inspect}\n#{log_err}" if now > deadline
+
+      sleep 0.02
+    end
+  end
+
+  def wait_exit(pid)
+    deadline = now + 60
+    loop do
+      done, status = Process.wait2(pid, Process::WNOHANG)
+      if done
+        @children.delete(pid)
+        return status
+      end
+      raise "pid #{pid} did not exit" if now > deadline
+
+      sleep 0.02
+    end
+  end
+
+  def write_config(text = CONFIG_RU, name = "config.ru")
+    File.write(File.join(@dir, name), text)
+  end
+
+  def http_get(port, path = "/")
+    Net::HTTP.start("127.0.0.1", port, read_timeout: GUARD, open_timeout: GUARD) { |h| h.get(path) }
+  end
+
+  def test_weft_serve_with_logs_and_sigterm
+    write_config
+    sock = File.join(@dir, "weft.sock")
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-b", "tcp://127.0.0.1:0", "-b", "unix:#{sock}")
+    assert_match(/weft #{Regexp.escape(Weft::VERSION)} \(Ruby [\d.]+, (io_uring|epoll|poll)\) serving on tcp:\/\/127\.0\.0\.1:\d+, unix:#{Regexp.escape(sock)}, single process \(pid #{pid}\)/, log_err)
+    r = http_get(port, "/a?b=1")
+    assert_equal ["200", "pid #{pid}"], [r.code, r.body]
+    assert_equal "pid #{pid}", `curl -s --unix-socket #{sock} http://x/u`
+    Process.kill("TERM", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+    lines = log_out.lines
+    assert_match(%r{\A127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000\] "GET /a\?b=1 HTTP/1\.1" 200 \d+\n\z}, lines[0])
+    assert_match(%r{\A- - - \[.*\] "GET /u HTTP/1\.1" 200 \d+\n\z}, lines[1])
+    refute File.exist?(sock), "the socket file is removed at exit"
+  end
+
+  def test_weft_serve_help_lists_every_option
+    out = IO.popen([{ "RUBYLIB" => ServerTestHelper.child_rubylib }, RbConfig.ruby, WEFT, "serve", "--help"], &:read)
+    Weft::Server::OPTIONS.each { |_, _, flag, _| assert_includes out, flag.split(", ").last.split(" ").first }
+    assert_includes out, "[tcp://127.0.0.1:9292]"
+    assert_includes out, "[1024]"
+  end
+
+  def test_weft_serve_quiet_and_bad_bind
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-p", "0")
+    http_get(port)
+    Process.kill("INT", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+    assert_equal "", log_out
+
+    err = IO.popen([{ "RUBYLIB" => ServerTestHelper.child_rubylib }, RbConfig.ruby, WEFT, "serve", "-b", "unix:#{@dir}/no/such/dir.sock", File.join(@dir, "config.ru")],
+                   err: %i[child out], &:read)
+    assert_match(/\Aweft: cannot listen on unix:.*No such file or directory/, err)
+    refute_includes err, ".rb:", "no backtrace for a bind error"
+  end
+
+  def test_rackup_s_weft
+    write_config
+    rackup = ["/usr/bin/rackup", Gem.bindir && File.join(Gem.bindir, "rackup")].compact.find { |f| File.executable?(f) }
+    skip "rackup not installed" unless rackup
+    skip "rackup's gem is not installed for Ruby #{RUBY_VERSION}" if Gem::Specification.find_all_by_name("rack").empty?
+    pid, port = spawn_server(RbConfig.ruby, rackup, "-s", "weft", "-o", "127.0.0.1", "-p", "0", "config.ru")
+    r = http_get(port)
+    assert_equal "200", r.code
+    assert_equal "pid #{pid}", r.body
+    assert_equal "pid #{pid}", `curl -s http://127.0.0.1:#{port}/`
+    Process.kill("INT", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+  end
+
+  def test_sinatra_set_server_weft
+    begin
+      require "sinatra/base"
+    rescue LoadError
+      skip "sinatra not installed"
+    end
+    File.write(File.join(@dir, "app.rb"), <<~'RUBY')
+      require "sinatra/base"
+      class App < Sinatra::Base
+        set :server, :weft
+        set :bind, "127.0.0.1"
+        set :port, 0
+        set :logging, false
+        get("/") { "sinatra #{Process.pid}" }
+        get("/sleep") { sleep 0.01; "slept" }
+      end
+      App.run!
+    RUBY
+    pid, port = spawn_server(RbConfig.ruby, "app.rb")
+    assert_equal "sinatra #{pid}", http_get(port).body
+    threads = Array.new(10) { Thread.new { http_get(port, "/sleep").body } }
+    assert_equal ["slept"] * 10, threads.map(&:value)
+    Process.kill("INT", pid) # Sinatra's quit! calls the server's stop
+    assert_equal 0, wait_exit(pid).exitstatus
+    assert_includes log_err, "Sinatra has ended his set"
+  end
+
+  def test_workers_restart_a_dead_worker
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "-b", "tcp://127.0.0.1:0")
+    assert_match(/2 workers \(master pid #{pid}\)/, log_err)
+    workers = 2.times.map { |i| wait_for_log(/worker \d ready \(pid (\d+)\)/, count: i + 1)[1].to_i }
+    Process.kill("KILL", workers[0])
+    wait_for_log(/worker \d \(pid #{workers[0]}\) was killed by signal KILL; starting another/)
+    fresh = wait_for_log(/worker \d ready \(pid (\d+)\)/, count: 3)[1].to_i
+    refute_includes workers, fresh
+    assert_equal "200", http_get(port).code
+    Process.kill("TERM", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+  end
+
+  # A master killed with SIGKILL leaves no worker behind.
+  def test_workers_stop_when_the_master_dies
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "-b", "tcp://127.0.0.1:0")
+    workers = 2.times.map { |i| wait_for_log(/worker \d ready \(pid (\d+)\)/, count: i + 1)[1].to_i }
+    assert_equal "200", http_get(port).code
+    Process.kill("KILL", pid)
+    wait_exit(pid)
+    wait_for_log(/the master is gone; stopping/, count: 2)
+    deadline = now + GUARD
+    workers.each do |w|
+      sleep 0.02 while process_alive?(w) && now < deadline
+      refute process_alive?(w), "worker #{w} outlived its master"
+    end
+  end
+
+  def process_alive?(pid)
+    Process.kill(0, pid)
+    !File.read("/proc/#{pid}/stat").split(") ").last.start_with?("Z")
+  rescue Errno::ESRCH, Errno::ENOENT
+    false
+  end
+
+  # SIGTERM with requests in flight: every one is answered, then the
+  # master exits 0.
+  def test_graceful_stop_of_workers_answers_requests_in_flight
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "-b", "tcp://127.0.0.1:0")
+    2.times { |i| wait_for_log(/worker \d ready/, count: i + 1) }
+    clients = Array.new(6) { Thread.new { http_get(port, "/wait") } }
+    wait_for_log(/arrived/, count: 6)
+    Process.kill("TERM", pid)
+    wait_for_log(/stopping 2 worker/)
+    File.write(File.join(@dir, "go"), "")
+    clients.each { |t| assert_equal "200", t.value.code }
+    assert_equal 0, wait_exit(pid).exitstatus
+  end
+
+  # USR2 under load (a new connection per request, from several
+  # threads): no refused connection, no error, and the workers change.
+  def test_rolling_restart_under_load
+    write_config
+    File.write(File.join(@dir, "go"), "") # /wait does not wait here
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "-b", "tcp://127.0.0.1:0")
+    old = 2.times.map { |i| wait_for_log(/worker \d ready \(pid (\d+)\)/, count: i + 1)[1].to_i }
+    stop = false
+    errors = Queue.new
+    pids = Queue.new
+    load = Array.new(4) do
+      Thread.new do
+        n = 0
+        until stop && n >= 20
+          begin
+            sock = connect(port)
+            sock.write("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            r = read_response(sock)
+            r&.status == 200 ? pids << r.body[/\d+/].to_i : errors << "status #{r&.status.inspect}"
+          rescue StandardError => e
+            errors << "#{e.class}: #{e.message}"
+          ensure
+            sock&.close
+          end
+          n += 1
+        end
+        n
+      end
+    end
+    sleep 0.05 until pids.size >= 20
+    Process.kill("USR2", pid)
+    wait_for_log(/rolling restart done/)
+    mark = pids.size
+    sleep 0.05 until pids.size >= mark + 40
+    stop = true
+    total = load.sum(&:value)
+    seen = []
+    seen << pids.pop until pids.empty?
+    messages = []
+    messages << errors.pop until errors.empty?
+    assert_empty messages, "errors during the rolling restart"
+    assert_equal total, seen.size
+    fresh = seen.last(20).uniq
+    assert_empty fresh & old, "requests after the restart were served by old workers"
+    Process.kill("TERM", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+  end
+end
