@@ -791,7 +791,8 @@ static VALUE http_reason_phrase(VALUE mod, VALUE status)
     return rb_str_new_cstr(http_reason(NUM2INT(status)));
 }
 
-static void weft__http_init(void)
+/* Defines Weft::HTTP; called once by Init_weft (scheduler.c). */
+void weft__http_init(void)
 {
     VALUE mWeft = rb_define_module("Weft");
     VALUE mHTTP = rb_define_module_under(mWeft, "HTTP");
@@ -857,17 +858,4 @@ static void weft__http_init(void)
 #endif
     rb_gc_register_mark_object(cParser);
     rb_gc_register_mark_object(cChunked);
-}
-
-/*
- * The extension's Init_weft (scheduler.c) knows nothing of this file: it
- * registers itself when the shared object is loaded. Ruby dlopen()s the
- * extension from `require "weft/weft"` on the Ruby thread holding the GVL,
- * before it calls Init_weft, so the Ruby API may be used here; nothing but
- * Ruby loads weft.so. (If Init_weft ever calls weft__http_init itself,
- * drop this constructor.)
- */
-__attribute__((constructor)) static void weft__http_load(void)
-{
-    weft__http_init();
 }

@@ -2413,6 +2413,8 @@ static VALUE s_stats(VALUE self)
     return h;
 }
 
+void weft__http_init(void); /* http.c: Weft::HTTP, for Weft::Server */
+
 RUBY_FUNC_EXPORTED void Init_weft(void)
 {
     rb_gc_register_address(&basic_socket);
@@ -2472,4 +2474,5 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     rb_define_singleton_method(cScheduler, "pidfd_open", s_pidfd_open, 1);
     rb_define_singleton_method(cScheduler, "_set_offset_encoding",
                                s_set_offset_encoding, 2);
+    weft__http_init();
 }
