@@ -298,11 +298,13 @@ lib/weft/weft.so: $(RUBY_EXT_DEPS)
 	cp build/ruby/weft.so $@.tmp.$$$$ && mv -f $@.tmp.$$$$ $@
 test-ruby: ruby
 	@bash scripts/test.d/ruby.sh
-# Ruby 3.3 from Debian's ruby3.3 source package, built once into a cache
-# outside the repository, then the same suite on it.
+# Ruby 3.3 and 3.4 from Debian's source packages (trixie, experimental),
+# built once into a cache outside the repository, then the same suite on
+# each.
 test-ruby-latest:
-	@bash scripts/build-ruby-latest.sh
-	@WEFT_RUBY="$$(bash scripts/build-ruby-latest.sh --print-ruby)" bash scripts/test.d/ruby.sh
+	@bash scripts/build-ruby-latest.sh 3.3
+	@bash scripts/build-ruby-latest.sh 3.4
+	@for r in $$(bash scripts/build-ruby-latest.sh --print-rubies); do WEFT_RUBY=$$r bash scripts/test.d/ruby.sh || exit 1; done
 
 clean:
 	rm -rf build lib/weft/weft.so

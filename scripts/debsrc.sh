@@ -12,7 +12,7 @@ if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo=
 fi
 list=/etc/apt/sources.list.d/weft-trixie-src.sources
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-if [ ! -f "$list" ] || ! grep -q "Suites: $codename trixie" "$list"; then
+if [ ! -f "$list" ] || ! grep -q "Suites: $codename trixie experimental" "$list"; then
   # The first Debian mirror among the configured sources (not the security
   # archive): deb822 .sources files and one-line .list files alike.
   uri=$(set +o pipefail
@@ -21,7 +21,7 @@ if [ ! -f "$list" ] || ! grep -q "Suites: $codename trixie" "$list"; then
              | sed -n 's/^deb\(-src\)\{0,1\}[[:space:]]\{1,\}\(\[[^]]*\][[:space:]]\{1,\}\)\{0,1\}\([^[:space:]]\{1,\}\).*/\3/p'
          } | grep -i debian | grep -v -e security -e '-ports' | head -n 1)
   if [ -z "$uri" ]; then echo "debsrc: no Debian mirror in /etc/apt sources" >&2; exit 1; fi
-  printf 'Types: deb-src\nURIs: %s\nSuites: %s trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" "$codename" \
+  printf 'Types: deb-src\nURIs: %s\nSuites: %s trixie experimental\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" "$codename" \
     | $sudo tee "$list" >/dev/null
   # A full update: restricting it to one list would drop the other indexes.
   DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq || true

@@ -4,12 +4,12 @@
 # directory (absolute) on stdout, everything else on stderr.
 #
 # RUBY: a Ruby executable (default `ruby`), or 3.1 (Debian's /usr/bin/ruby)
-# or 3.3 (the one scripts/build-ruby-latest.sh builds).
+# or 3.3 or 3.4 (the ones scripts/build-ruby-latest.sh builds).
 #
 # The suite comes from the upstream tarball (.orig) of Debian's
 # ruby<major.minor> source package, as Ruby 3.3 itself is built:
-#   3.3  the tarball scripts/build-ruby-latest.sh downloaded into
-#        ~/.cache/weft/ruby-3.3/src (WEFT_RUBY_CACHE);
+#   3.3, 3.4  the tarball scripts/build-ruby-latest.sh downloaded into
+#        ~/.cache/weft/ruby-<version>/src (WEFT_RUBY_CACHE for 3.3);
 #   else `apt-get source --download-only ruby<major.minor>` into
 #        ~/.cache/weft/ruby-<major.minor>/src, once (the Debian revision of
 #        the installed package if the deb-src index has it, else the
@@ -36,7 +36,7 @@ die() {
 arg=${1:-ruby}
 case $arg in
   3.1) ruby=/usr/bin/ruby ;;
-  3.3) ruby=$(bash scripts/build-ruby-latest.sh --print-ruby) ;;
+  3.3|3.4) ruby=$(bash scripts/build-ruby-latest.sh --print-ruby "$arg") ;;
   *) ruby=$arg ;;
 esac
 command -v "$ruby" >/dev/null || die "$ruby not found"
@@ -44,8 +44,10 @@ ver=$("$ruby" -e 'print RUBY_VERSION') || die "$ruby does not run"
 mm=${ver%.*}
 pkg=ruby$mm
 cache_base=${XDG_CACHE_HOME:-$HOME/.cache}/weft
-if [ "$mm" = 3.3 ] && [ -n "${WEFT_RUBY_CACHE:-}" ]; then
-  srcdir=$WEFT_RUBY_CACHE/src
+built=""
+case $mm in 3.3|3.4) built=1 ;; esac
+if [ -n "$built" ]; then
+  srcdir=$(dirname "$(bash scripts/build-ruby-latest.sh --print-ruby "$mm")")/../../src
 else
   srcdir=$cache_base/ruby-$mm/src
 fi
@@ -59,8 +61,8 @@ find_tarball() {
 }
 tarball=$(find_tarball)
 if [ -z "$tarball" ]; then
-  if [ "$mm" = 3.3 ]; then
-    die "no ${pkg} source tarball in $srcdir: run scripts/build-ruby-latest.sh (make test-ruby-latest), which downloads it"
+  if [ -n "$built" ]; then
+    die "no ${pkg} source tarball in $srcdir: run scripts/build-ruby-latest.sh $mm (make test-ruby-latest), which downloads it"
   fi
   command -v apt-get >/dev/null || die "apt-get missing: cannot fetch the $pkg source package"
   if ! apt-cache showsrc "$pkg" 2>/dev/null | grep -q "^Package: $pkg\$"; then

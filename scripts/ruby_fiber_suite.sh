@@ -39,12 +39,8 @@ if [ $# -gt 0 ]; then
   rubies=("$@")
 else
   rubies=(ruby)
-  latest=$(bash scripts/build-ruby-latest.sh --print-ruby)
-  if [ -x "$latest" ]; then
-    rubies+=("$latest")
-  else
-    echo "  (Ruby 3.3 not built: \`make test-ruby-latest\` builds it once; its suite not run)"
-  fi
+  mapfile -t -O 1 rubies < <(bash scripts/build-ruby-latest.sh --print-rubies)
+  [ ${#rubies[@]} -gt 1 ] || echo "  (no newer Ruby built: \`make test-ruby-latest\` builds 3.3 and 3.4 once; their suites not run)"
 fi
 
 # The tests excluded (tool/lib's -X format), with their reasons, once.

@@ -43,10 +43,11 @@ else
   bad "Ruby extension build" "$tmp/ext.log"
 fi
 if [ -z "${WEFT_RUBY:-}" ]; then
-  latest=$(bash scripts/build-ruby-latest.sh --print-ruby)
-  if [ -x "$latest" ] && extdir=$(bash scripts/ruby-ext.sh "$latest" 2>"$tmp/ext.log"); then
-    rubies+=("$latest:$extdir")
-  fi
+  while read -r latest; do
+    if extdir=$(bash scripts/ruby-ext.sh "$latest" 2>"$tmp/ext.log"); then
+      rubies+=("$latest:$extdir")
+    fi
+  done < <(bash scripts/build-ruby-latest.sh --print-rubies)
 fi
 backends=(epoll poll)
 [ "$(WEFT_BACKEND=io_uring build/tests/tool_backend 2>/dev/null)" = io_uring ] && backends=(io_uring "${backends[@]}")

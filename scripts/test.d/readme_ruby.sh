@@ -41,8 +41,7 @@ sql = "select $1::int"'
 }
 
 rubies=(ruby)
-latest=$(bash scripts/build-ruby-latest.sh --print-ruby)
-[ -x "$latest" ] && rubies+=("$latest")
+mapfile -t -O 1 rubies < <(bash scripts/build-ruby-latest.sh --print-rubies)
 
 # With --pg: only the blocks that need PostgreSQL (run by the main
 # invocation under scripts/pg.sh, which sets WEFT_PG_CONNINFO).
