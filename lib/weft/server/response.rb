@@ -222,24 +222,6 @@ module Weft
         head << CRLF
       end
 
-      # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
-      # joined by "\n" for repeated fields) as an Array of field values,
-      # each free of CR, LF and NUL.
-      def header_values(name, value)
-        values =
-          if value.is_a?(String)
-            value.include?("\n") ? value.split("\n") : [value]
-          elsif value.is_a?(Array) && value.all?(String)
-            value
-          else
-            raise Invalid, "header #{name} has a #{value.class} value (Strings only)"
-          end
-        values.each do |v|
-          raise Invalid, "header #{name} value #{v.inspect} has CR, LF or NUL" if BAD_VALUE.match?(v)
-        end
-        values
-      end
-
       # A body given as an Array (to_ary): one write, Content-Length added.
       # (HEAD: an empty body says nothing of the GET's length, so none.)
       def send_parts(env, head, code, parts, framed, head_only, no_body, keep, minor)
