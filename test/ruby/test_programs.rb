@@ -19,17 +19,32 @@ class TestPrograms < Minitest::Test
 
   def ext_dir = File.dirname($LOADED_FEATURES.grep(%r{/weft/weft\.so\z}).first.to_s, 2)
 
-  # Run @code in a new Ruby with weft on its load path; [output, status].
-  # The guard only turns a hang into a failure (it kills the child).
+  # The command line of a child Ruby with weft on its load path, under
+  # timeout(1): a child outlives this process only that long, even when the
+  # watchdog ends the test run (exit!) without reaching our own kill. A
+  # TERM to timeout goes on to the child, and a KILL follows 5 s later (a
+  # hung Ruby may not act on TERM).
+  def ruby_command(*args, life:)
+    ["timeout", "-k", "5", life.to_s, RbConfig.ruby, "-I", ext_dir, "-I", LIB, *args]
+  end
+
+  def stop_child(pid)
+    Process.kill(:TERM, pid)
+  rescue Errno::ESRCH
+    nil
+  end
+
+  # Run @code in a new Ruby; [output, status]. The guard only turns a hang
+  # into a failure (it kills the child).
   def child(code, dir: Dir.pwd, guard: 120)
     out = +""
     pid = nil
-    IO.popen([RbConfig.ruby, "-I", ext_dir, "-I", LIB, "-e", code,
+    IO.popen([*ruby_command("-e", code, life: guard + 30),
               chdir: dir, err: %i[child out]]) do |io|
       pid = io.pid
       Timeout.timeout(guard) { out << io.read }
     rescue Timeout::Error
-      Process.kill(:KILL, pid)
+      stop_child(pid)
       flunk "child still running after #{guard}s (hang guard); output so far:\n#{out}"
     end
     [out, $?]
@@ -173,7 +188,7 @@ class TestPrograms < Minitest::Test
     Dir.mktmpdir do |dir|
       write_library(dir)
       File.write(File.join(dir, "server.rb"), SERVER_PROGRAM)
-      IO.popen([RbConfig.ruby, "-I", ext_dir, "-I", LIB, "server.rb", chdir: dir, err: File::NULL]) do |io|
+      IO.popen([*ruby_command("server.rb", life: 300), chdir: dir, err: File::NULL]) do |io|
         port = Integer(io.gets)
         answers = Queue.new
         # The first requests at once: half die in the app, half wait for
@@ -194,7 +209,7 @@ class TestPrograms < Minitest::Test
         assert_operator cpu1 - cpu0, :<, 0.5, "the idle server used #{cpu1 - cpu0}s of CPU in 1s"
         assert_equal "bye", get(port, "/quit")
       ensure
-        Process.kill(:KILL, io.pid) rescue nil # rubocop:disable Style/RescueModifier
+        stop_child(io.pid)
       end
     end
   end
