@@ -6,6 +6,7 @@ require "weft/server/config"
 require "weft/server/binder"
 require "weft/server/log"
 require "weft/server/connection"
+require "weft/server/tls"
 
 module Weft
   # A Rack server on Weft::Scheduler: one fiber per connection, so an app
@@ -60,6 +61,12 @@ module Weft
     # The ports bound (of the TCP listeners), in bind order: handy with
     # port 0.
     def ports = open_listeners.filter_map { |l| l.local_address.ip_port if l.local_address.ip? }
+
+    # The SSLContext of +listener+ (an ssl:// bind), or nil.
+    def tls_context(listener)
+      i = open_listeners.index(listener)
+      i && @config.tls_contexts[i]
+    end
 
     # Open the listeners now (run does it otherwise) and return them.
     def open_listeners
@@ -151,18 +158,19 @@ module Weft
     # :nodoc: what the connections of one listener share: the parser (its
     # defaults for SERVER_NAME/PORT) and the env template.
     class Endpoint
-      attr_reader :listener, :tcp, :parser, :template
+      attr_reader :listener, :tcp, :parser, :template, :tls
 
       def initialize(server, listener)
         @listener = listener
         addr = listener.local_address
         @tcp = addr.ip?
+        @tls = server.tls_context(listener) # an SSLContext for HTTPS
         config = server.config
         @parser_options = {
           max_request_line: config.max_request_line, max_header_line: config.max_header_line,
           max_head: config.max_head, max_headers: config.max_headers, max_body: config.max_body,
           server_name: @tcp ? addr.ip_address : "localhost", server_port: (@tcp ? addr.ip_port : 80).to_s,
-          default_port: "80"
+          default_port: @tls ? "443" : "80"
         }
         @parser = new_parser
         @template = {
@@ -171,11 +179,13 @@ module Weft
           "rack.multithread" => true,
           "rack.multiprocess" => config.workers.positive?,
           "rack.run_once" => false,
-          "rack.url_scheme" => "http",
+          "rack.url_scheme" => @tls ? "https" : "http",
           "rack.hijack?" => true,
           "SCRIPT_NAME" => "",
           "SERVER_SOFTWARE" => config.server_software,
-        }.freeze
+        }
+        @template["HTTPS"] = "on" if @tls
+        @template.freeze
       end
 
       def new_parser = Weft::HTTP::Parser.new(**@parser_options)
@@ -184,7 +194,9 @@ module Weft
     # :nodoc: park +conn+ (idle, keep-alive) now rather than keep a fiber
     # waiting on it? Only with more than PARK_ABOVE connections held:
     # below, waiting in the fiber costs less per request.
-    def _park?(_conn) = @poller && !@stopping && @active > PARK_ABOVE
+    # (Never a TLS one: data OpenSSL has decrypted and buffered would not
+    # wake the poller.)
+    def _park?(conn) = @poller && !@stopping && @active > PARK_ABOVE && !conn.tls?
 
     # :nodoc: +conn+ waits in the poller; its fiber ends or is reused.
     def _park(conn)

@@ -44,11 +44,11 @@ module ServerTestHelper
 
   # Start a server for +app+ (wrapped in Rack::Lint unless lint: false),
   # yield its port, stop it and check it ended.
-  def with_server(app, lint: true, **options)
+  def with_server(app, lint: true, bind: "tcp://127.0.0.1:0", **options)
     @errors = LogIO.new
     @access = LogIO.new
     app = Rack::Lint.new(app) if lint
-    server = Weft::Server.new(app, bind: "tcp://127.0.0.1:0", log: @errors, access_log: @access, **options)
+    server = Weft::Server.new(app, bind: bind, log: @errors, access_log: @access, **options)
     server.open_listeners
     @server = server
     thread = Thread.new do

@@ -5,21 +5,24 @@ require "socket"
 module Weft
   class Server
     # Listening sockets from bind URIs: tcp://HOST:PORT (HOST may be an
-    # IPv6 literal in brackets; PORT 0 picks a free port) and unix:PATH.
+    # IPv6 literal in brackets; PORT 0 picks a free port), unix:PATH and
+    # ssl://HOST:PORT?cert=PATH&key=PATH (a TCP listener whose
+    # connections speak TLS: see TLS.context_for).
     # A bind that cannot be opened (in use, no permission, bad address).
     class BindError < StandardError; end
 
     module Binder
       module_function
 
-      # Parse one bind URI: [:tcp, host, port] or [:unix, path].
-      # ArgumentError for anything else.
+      # Parse one bind URI: [:tcp, host, port] or [:unix, path] (an
+      # ssl:// one is a TCP listener). ArgumentError for anything else.
       def parse(uri)
+        uri = uri.sub(%r{\Assl://}, "tcp://").sub(/\?.*\z/m, "") if uri.start_with?("ssl://")
         case uri
         when %r{\Atcp://\[([0-9a-fA-F:.]+)\]:(\d+)\z} then [:tcp, Regexp.last_match(1), Integer(Regexp.last_match(2), 10)]
         when %r{\Atcp://([^:/\[\]]+):(\d+)\z} then [:tcp, Regexp.last_match(1), Integer(Regexp.last_match(2), 10)]
         when %r{\Aunix:(?://)?(.+)\z} then [:unix, Regexp.last_match(1)]
-        else raise ArgumentError, "bad bind #{uri.inspect}: use tcp://HOST:PORT or unix:PATH"
+        else raise ArgumentError, "bad bind #{uri.inspect}: use tcp://HOST:PORT, ssl://HOST:PORT or unix:PATH"
         end
       end
 
@@ -84,12 +87,14 @@ module Weft
         end
       end
 
-      # What a listener is, for logs: tcp://127.0.0.1:9292 or unix:/path.
-      def describe(listener)
+      # What a listener is, for logs: tcp://127.0.0.1:9292 or unix:/path
+      # (ssl://... with +tls+).
+      def describe(listener, tls: false)
         a = listener.local_address
         return "unix:#{a.unix_path}" if a.unix?
 
-        a.ipv6? ? "tcp://[#{a.ip_address}]:#{a.ip_port}" : "tcp://#{a.ip_address}:#{a.ip_port}"
+        scheme = tls ? "ssl" : "tcp"
+        a.ipv6? ? "#{scheme}://[#{a.ip_address}]:#{a.ip_port}" : "#{scheme}://#{a.ip_address}:#{a.ip_port}"
       end
     end
   end

@@ -51,8 +51,8 @@ module Weft
               o.on(*flag.split(", "), text) { options[:quiet] = true }
             when :preload
               o.on(flag, text) { |v| options[:preload] = v }
-            when :backend
-              o.on(flag, text) { |v| options[:backend] = v }
+            when :backend, :tls_cert, :tls_key
+              o.on(flag, text) { |v| options[name] = v }
             else
               kind = default.is_a?(Float) ? Float : Integer
               o.on(*flag.split(", "), kind, text) { |v| options[name] = v }

@@ -7,7 +7,10 @@ module Weft
     OPTIONS = [
       # name, default, command-line flag, help
       [:bind, ["tcp://127.0.0.1:9292"], "-b, --bind URI",
-       "where to listen: tcp://HOST:PORT or unix:PATH; repeat for several"],
+       "where to listen: tcp://HOST:PORT, unix:PATH or ssl://HOST:PORT[?cert=PATH&key=PATH] (HTTPS); repeat for several"],
+      [:tls_cert, nil, "--tls-cert PATH",
+       "TLS certificate (PEM, chain after it) of ssl:// binds that give no ?cert="],
+      [:tls_key, nil, "--tls-key PATH", "TLS private key (PEM) of ssl:// binds that give no &key="],
       [:workers, 0, "-w, --workers N",
        "worker processes (0: serve in this process; N: preload the app, fork N)"],
       [:max_concurrency, 1024, "--max-concurrency N",
@@ -43,6 +46,8 @@ module Weft
       # Where logs go (IO-like, #write): errors and the startup line, and
       # the access log (nil with quiet).
       attr_reader :log, :access_log, :server_software
+      # The SSLContext of each bind (nil for tcp:// and unix:), in order.
+      attr_reader :tls_contexts
       # Set in a cluster's worker: its index (the master logs the startup).
       attr_accessor :worker_index
 
@@ -72,6 +77,7 @@ module Weft
         raise ArgumentError, "Weft::Server: max_headers must be at most 100" if @max_headers > 100
         raise ArgumentError, "Weft::Server: max_concurrency must be positive" unless @max_concurrency.positive?
 
+        @tls_contexts = @bind.map { |uri| uri.start_with?("ssl://") ? TLS.context_for(uri, @tls_cert, @tls_key) : nil }
         @access_log = nil if @quiet
         @server_software = "weft/#{Weft::VERSION}"
       end

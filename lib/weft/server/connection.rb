@@ -43,6 +43,7 @@ module Weft
         @buf ||= String.new(encoding: BINARY)
         @requests ||= 0
         @parked_at = nil
+        return unless @requests.positive? || !@endpoint.tls || handshake
         while serve_one(@requests + 1)
           @requests += 1
           # Idle now: with many connections held, wait without a fiber.
@@ -58,6 +59,9 @@ module Weft
         close unless @hijacked || @parked_at
         @server._finished(@fiber)
       end
+
+      # An HTTPS connection?
+      def tls? = !@endpoint.tls.nil?
 
       # When it was parked (Weft.clock), or nil.
       attr_reader :parked_at
@@ -89,6 +93,22 @@ module Weft
       end
 
       private
+
+      # HTTPS: wrap the accepted socket and run the TLS handshake here, in
+      # the connection's fiber, within head_timeout. False (logged, and the
+      # connection closed by #run) when it fails or times out.
+      def handshake
+        tls = TLSSocket.new(@sock, @endpoint.tls)
+        tls.sync_close = true
+        @sock = tls
+        return true if tls.handshake(Weft.clock + @config.head_timeout)
+
+        @log.error("#{@remote_addr || "-"}: TLS handshake timed out (#{@config.head_timeout}s)")
+        false
+      rescue TLSError => e
+        @log.error("#{@remote_addr || "-"}: TLS handshake failed: #{e.message}")
+        false
+      end
 
       # Serve one request; true when the connection stays open for another.
       def serve_one(number)

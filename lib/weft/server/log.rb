@@ -20,7 +20,7 @@ module Weft
 
       # "weft 0.1.0 (Ruby 3.1.2, io_uring) on tcp://127.0.0.1:9292, 2 workers, pid 123"
       def startup(server, backend)
-        binds = server.listeners.map { |l| Binder.describe(l) }.join(", ")
+        binds = server.listeners.map { |l| Binder.describe(l, tls: !server.tls_context(l).nil?) }.join(", ")
         workers = server.config.workers
         who = workers.positive? ? "#{workers} worker#{"s" if workers > 1} (master pid #{Process.pid})" : "single process (pid #{Process.pid})"
         info("weft #{Weft::VERSION} (Ruby #{RUBY_VERSION}, #{backend}) serving on #{binds}, #{who}")
