@@ -25,8 +25,16 @@ module Weft
         @server = Weft::Server.new(app, **server_options)
         @server.open_listeners
         yield @server if block_given?
+        # SIGTERM stops gracefully, as under `weft serve` (rackup traps only
+        # INT): left to Ruby's default, it raised in the middle of the loop
+        # and a run of the PostgreSQL test waited for the process forever.
+        # A handler the program installed itself is left alone.
+        previous = trap("TERM") { @server&.stop }
+        ours = %w[DEFAULT SYSTEM_DEFAULT].include?(previous)
+        trap("TERM", previous) unless ours
         @server.run
       ensure
+        trap("TERM", previous) if ours
         @server = nil
       end
 
