@@ -87,6 +87,17 @@ for ruby in "${rubies[@]}"; do
     done
   fi
 
+  # Tests of one version's suite that call the reference scheduler's own
+  # methods (excludes-<major.minor>/, with reasons).
+  mine=$root/test/ruby/fiber_suite/excludes-${ver%.*}
+  if [ "$mode" != reference ] && compgen -G "$mine/*.rb" >/dev/null; then
+    vxopt="$vxopt -X $mine"
+    echo "  suite of Ruby ${ver%.*}: also excluded (calls the reference scheduler's own methods):"
+    for f in "$mine"/*.rb; do
+      sed -nE "s/^[[:space:]]*exclude\(:([a-z0-9_]+), *\"(.*)\"\).*/    $(basename "$f" .rb)#\1: \2/p" "$f"
+    done
+  fi
+
   if [ "$mode" = reference ]; then
     backends=(reference)
   elif [ -n "${WEFT_FIBER_SUITE_BACKENDS:-}" ]; then
