@@ -109,8 +109,9 @@ module Weft
     # The single-process server (also what a cluster's worker runs).
     # +on_ready+ is called once the accept loops wait for connections.
     # +master+: an IO whose end of stream means the master process is gone
-    # (a worker then stops as on SIGTERM rather than live on orphaned).
-    def run_worker(on_ready: nil, master: nil)
+    # (a worker then stops as on SIGTERM rather than live on orphaned);
+    # +master_pid+: the master's pid (a parent other than it means the same).
+    def run_worker(on_ready: nil, master: nil, master_pid: nil)
       @running = true
       # The pipe #stop writes to: made here, so that every worker forked
       # from a master has its own.
@@ -128,7 +129,7 @@ module Weft
           @poll_watcher = Fiber.schedule { watch_parked }
         end
         @accepters = @listeners.map { |l| Fiber.schedule { accept_loop(Endpoint.new(self, l)) } }
-        @watcher = Fiber.schedule { watch_master(master) } if master
+        @watcher = Fiber.schedule { watch_master(master, master_pid || Process.ppid) } if master
         on_ready&.call
         control
       end
@@ -334,8 +335,15 @@ module Weft
       end
     end
 
-    def watch_master(io)
-      io.read # returns at end of stream: the master has exited
+    # The master is gone when its pipe reaches end of stream, or when this
+    # process has a parent other than +master_pid+: on io_uring a worker
+    # sometimes saw no end of stream after the master was killed, so the
+    # parent is looked at every second too.
+    def watch_master(io, master_pid)
+      loop do
+        break if Process.ppid != master_pid
+        break if io.wait_readable(1) && io.read_nonblock(4096, exception: false).nil?
+      end
       @log.error("worker #{@config.worker_index} (pid #{Process.pid}): the master is gone; stopping")
       stop
     rescue Weft::Stop, IOError

@@ -100,10 +100,11 @@ module Weft
 
       def spawn_worker(index)
         ready_w = @ready_w
+        master_pid = Process.pid
         pid = fork do
           SIGNALS.each_key { |sig| trap(sig, "DEFAULT") }
           [@ready_r, @sig_r, @sig_w, @alive_w].each(&:close)
-          run_worker(index, ready_w)
+          run_worker(index, ready_w, master_pid)
         end
         @workers[pid] = Worker.new(index, pid, Weft.clock, false, false)
         pid
@@ -111,13 +112,14 @@ module Weft
 
       # In the child: serve until TERM/INT, then exit without running the
       # master's at_exit handlers a second time.
-      def run_worker(index, ready_w)
+      def run_worker(index, ready_w, master_pid)
         @config.worker_index = index
         %w[TERM INT].each { |sig| trap(sig) { @server.stop } }
         trap("USR2", "IGNORE")
         trap("HUP", "IGNORE")
         @server._load_app
-        @server.run_worker(on_ready: -> { ready_w.write("#{Process.pid}\n") }, master: @alive_r)
+        @server.run_worker(on_ready: -> { ready_w.write("#{Process.pid}\n") }, master: @alive_r,
+                           master_pid: master_pid)
         status = 0
       rescue Exception => e # rubocop:disable Lint/RescueException
         @log.exception("worker #{index} (pid #{Process.pid})", e)
