@@ -497,6 +497,13 @@ static void maybe_sweep(rsched *s)
     }
 }
 
+/* Block in the reactor, without the GVL, until something happens. */
+static void poll_sleep(rsched *s)
+{
+    rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
+    rb_thread_check_ints();
+}
+
 static void poll_blocking(rsched *s)
 {
     maybe_sweep(s);
@@ -505,8 +512,7 @@ static void poll_blocking(rsched *s)
     (void)weft__reactor_run_once(&s->r, false);
     if (!weft__list_empty(&s->ready))
         return;
-    rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
-    rb_thread_check_ints();
+    poll_sleep(s);
 }
 
 static inline bool rw_done(const rwait *rw)
@@ -684,8 +690,7 @@ static void wait_inline(rsched *s, rwait *rw)
         (void)weft__reactor_run_once(&s->r, false);
         if (rw->queued || !rw->w.active)
             continue;
-        rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
-        rb_thread_check_ints();
+        poll_sleep(s);
     }
 }
 

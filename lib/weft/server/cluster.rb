@@ -76,13 +76,8 @@ module Weft
       # noting ready ones meanwhile (at most every half second).
       def next_event(timeout: 0.5)
         loop do
-          readable, = IO.select([@sig_r, @ready_r], nil, nil, timeout)
-          note_ready if readable&.include?(@ready_r)
-          if readable&.include?(@sig_r)
-            line = @sig_r.gets
-            return line.strip.to_sym if line
-          end
-          reap
+          event = poll_event(timeout)
+          return event if event
         end
       end
 
@@ -181,8 +176,12 @@ module Weft
         nil
       end
 
-      def next_event_nonblocking
-        readable, = IO.select([@sig_r, @ready_r], nil, nil, 0.1)
+      def next_event_nonblocking = poll_event(0.1)
+
+      # One look, at most +timeout+ seconds: a signal event (Symbol) or
+      # nil; ready workers noted and exited ones reaped on the way.
+      def poll_event(timeout)
+        readable, = IO.select([@sig_r, @ready_r], nil, nil, timeout)
         note_ready if readable&.include?(@ready_r)
         if readable&.include?(@sig_r)
           line = @sig_r.gets
