@@ -15,6 +15,7 @@ have_header("ruby/io/buffer.h") or abort "weft: needs Ruby >= 3.1 (IO::Buffer)"
 have_func("rb_io_descriptor", "ruby/io.h") or abort "weft: needs rb_io_descriptor (Ruby >= 3.1)"
 
 have_func("rb_io_timeout", "ruby/io.h") # Ruby >= 3.2: IO#timeout
+have_func("rb_io_path", "ruby/io.h") # Ruby >= 3.2
 
 $INCFLAGS << " -I#{src} -I#{inc}"
 $CFLAGS << " -std=gnu11 -fvisibility=hidden -Wall -Wno-unused-parameter"

@@ -1395,6 +1395,8 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
     const int kind = s->r.fds[fd].kind;
     const bool is_file = kind == WEFT__FD_FILE, is_sock = kind == WEFT__FD_SOCKET;
     const bool positioned = op == OP_PREAD || op == OP_PWRITE;
+    if (positioned && from < 0)
+        return INT2NUM(-EINVAL); /* as pread(2); a ring op would take -1 as "here" */
     const int ring_op = is_sock ? (writing_op ? WEFT__OP_SEND : WEFT__OP_RECV)
                                 : (writing_op ? WEFT__OP_WRITE : WEFT__OP_READ);
     int ev = writing_op ? WEFT_WRITABLE : WEFT_READABLE;
@@ -1535,10 +1537,19 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         if (n > 0) {
             total += (size_t)n;
             offset += (size_t)n;
-            if ((size_t)n >= length)
-                break;
-            length -= (size_t)n;
-            continue;
+            if ((size_t)n < length) {
+                length -= (size_t)n;
+                continue;
+            }
+            /* Enough has moved. Without a scheduler one call moves all of
+             * a regular file's transfer (IO#pread of 3 MiB returns 3 MiB);
+             * here it goes in FILE_CHUNK pieces, so a full piece with room
+             * left in the buffer goes on. */
+            if (is_file && (size_t)n == FILE_CHUNK && offset < size) {
+                length = 0;
+                continue;
+            }
+            break;
         }
         if (n == 0)
             break; /* EOF (or a zero-length write) */
@@ -1642,9 +1653,7 @@ static off_t file_offset(VALUE v, int encoded)
      * lib/weft.rb, see Weft::Scheduler.offset_encoding=). */
     if (encoded && from > 0 && (from & 1))
         from = (from - 1) / 2;
-    if (from < 0)
-        rb_raise(rb_eArgError, "negative file offset");
-    return from;
+    return from; /* a negative one: -EINVAL from do_io, as pread(2) */
 }
 
 /* io_pread/io_pwrite(io, buffer, length, from)          (3.1, IO::Buffer)
@@ -1670,6 +1679,54 @@ static VALUE s_io_pread(int argc, VALUE *argv, VALUE self)
 static VALUE s_io_pwrite(int argc, VALUE *argv, VALUE self)
 {
     return positioned_hook(argc, argv, self, pwrite_offset_encoded, OP_PWRITE);
+}
+
+/* IO#pwrite on Ruby 3.3 and 3.4 calls the io_pwrite hook from inside its
+ * blocking region, without the GVL. A hook that waits then switches fibers
+ * and runs Ruby code with the GVL released, which breaks the VM's thread
+ * bookkeeping: the process later spins in the timer thread and hangs at
+ * the next GVL hand-over. lib/weft/scheduler.rb routes IO#pwrite from
+ * non-blocking fibers here instead: the same single positioned write, with
+ * the GVL held throughout. Returns the byte count; raises as IO#pwrite. */
+struct pwrite_string {
+    rsched *s;
+    VALUE io, buffer;
+    off_t off;
+};
+
+static VALUE pwrite_string_body(VALUE p)
+{
+    struct pwrite_string *a = (struct pwrite_string *)p;
+    return do_io(a->s, a->io, a->buffer, 0, 0, a->off, OP_PWRITE);
+}
+
+static VALUE s_io_pwrite_string(VALUE self, VALUE io, VALUE object, VALUE offset)
+{
+    rsched *s = get_sched(self);
+    VALUE str = RB_TYPE_P(object, T_STRING) ? object : rb_obj_as_string(object);
+    off_t off = NUM2OFFT(offset);
+    VALUE wio = rb_io_get_write_io(rb_io_get_io(io));
+    rb_io_t *fptr;
+    GetOpenFile(wio, fptr);
+    rb_io_check_writable(fptr);
+    /* A frozen view: the bytes cannot change under the write. */
+    VALUE frozen = rb_str_new_frozen(str);
+    struct pwrite_string a = {
+        s, wio,
+        rb_io_buffer_new(RSTRING_PTR(frozen), (size_t)RSTRING_LEN(frozen),
+                         RB_IO_BUFFER_EXTERNAL | RB_IO_BUFFER_READONLY),
+        off,
+    };
+    VALUE r = rb_ensure(pwrite_string_body, (VALUE)&a, rb_io_buffer_free, a.buffer);
+    RB_GC_GUARD(frozen);
+    ssize_t n = NUM2SSIZET(r);
+    if (n < 0)
+#ifdef HAVE_RB_IO_PATH
+        rb_syserr_fail_str((int)-n, rb_io_path(wio));
+#else
+        rb_syserr_fail_str((int)-n, fptr->pathv);
+#endif
+    return SSIZET2NUM(n);
 }
 
 /* io_close(fd) (4.0) or io_close(io): wake its waiters with EBADF and drop
@@ -2457,6 +2514,7 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     rb_define_method(cScheduler, "io_pread", s_io_pread, -1);
     rb_define_method(cScheduler, "io_pwrite", s_io_pwrite, -1);
     rb_define_method(cScheduler, "io_close", s_io_close, 1);
+    rb_define_method(cScheduler, "_io_pwrite_string", s_io_pwrite_string, 3);
     rb_define_method(cScheduler, "io_select", s_io_select, -1);
     rb_define_method(cScheduler, "kernel_sleep", s_kernel_sleep, -1);
     rb_define_method(cScheduler, "block", s_block, -1);

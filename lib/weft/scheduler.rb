@@ -147,6 +147,25 @@ module Weft
 end
 
 module Weft
+  # Ruby 3.3 and 3.4's IO#pwrite call the io_pwrite hook from inside a
+  # blocking region, with the GVL released, so a hook that waits would
+  # switch fibers and run Ruby code without the GVL (the process then
+  # hangs). From a non-blocking fiber under Weft, IO#pwrite is done by the
+  # scheduler with the GVL held: the same single positioned write, the same
+  # result and errors.
+  module PwriteWithGVL
+    def pwrite(object, offset)
+      scheduler = Fiber.scheduler
+      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler._io_pwrite_string(self, object, offset)
+    end
+  end
+  private_constant :PwriteWithGVL
+  IO.prepend(PwriteWithGVL) if RUBY_VERSION >= "3.3"
+end
+
+module Weft
   # Ruby 3.1 keeps its "this file is being loaded" and "this constant is
   # being autoloaded" marks per thread, not per fiber: while one fiber is
   # inside `require "x"` (or an autoload's require), another fiber of the
