@@ -1299,11 +1299,13 @@ static int ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
  *
  * A read or write of a regular file never returns EAGAIN, so a large one
  * would hold the whole loop (and every other fiber) while the kernel
- * copies it. On io_uring it is a ring READ/WRITE (IOSQE_ASYNC from
- * FILE_ASYNC_MIN bytes: inline completion from the page cache would copy
- * inside the loop's own io_uring_enter). On epoll and poll, transfers of
- * FILE_OFFLOAD_MIN bytes or more run on a thread of weft's offload pool
- * while the fiber waits (smaller ones cost less than the hand-over). The
+ * copies it. On io_uring a positioned one (pread, pwrite) is a ring
+ * READ/WRITE at its offset (IOSQE_ASYNC from FILE_ASYNC_MIN bytes: inline
+ * completion from the page cache would copy inside the loop's own
+ * io_uring_enter). Otherwise (epoll, poll, and transfers at the file
+ * position on every backend: see do_io), those of FILE_OFFLOAD_MIN bytes
+ * or more run on a thread of weft's offload pool while the fiber waits
+ * (smaller ones cost less than the hand-over). The
  * wait cannot be cut short — the worker owns the buffer until it is done —
  * so interrupts are delivered once it is. */
 #define FILE_ASYNC_MIN (64 * 1024)
@@ -1412,8 +1414,8 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
         return total ? SIZET2NUM(total) : INT2NUM(f_);                     \
     } while (0)
     /* Ring ops (see ring_io) where the backend takes them: where they
-     * wait (@length > 0), for regular files (which never say EAGAIN: see
-     * file_offload), and for the single attempt of a zero @length (Ruby's
+     * wait (@length > 0), for positioned transfers of regular files
+     * (which never say EAGAIN: see file_offload), and for the single attempt of a zero @length (Ruby's
      * own IO methods: readpartial, write, read_nonblock...) on a socket,
      * made one attempt by MSG_DONTWAIT: the kernel answers -EAGAIN at once
      * instead of waiting (a ring READ of a pipe waits even when the pipe
@@ -1434,12 +1436,18 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
      * and wins: the loop submits every fiber's op in one io_uring_enter,
      * and a keep-alive Ruby server spends ~25% less CPU per request than
      * with send/recv (docs/ARCHITECTURE.md, "Ruby's single attempts on
-     * the ring"). A zero deadline stays a non-blocking system call. */
-    bool has_ops = weft__reactor_has_ops(&s->r);
+     * the ring"). A zero deadline stays a non-blocking system call.
+     * A regular file's read or write at the file position is never a ring
+     * op: the ring reads the position when the op starts and stores it
+     * when it ends, without the lock read(2) and write(2) take, so two
+     * processes writing through one open file (a log both inherited as
+     * stderr) overwrite each other's lines. Those are system calls, on an
+     * offload thread from FILE_OFFLOAD_MIN bytes. */
     VALUE cur = rb_fiber_current();
     bool once = length == 0 && is_sock && !positioned && s->entered == cur &&
                 fi->waited && !weft__list_empty(&s->ready);
-    bool ring = deadline != 0 && (is_file || ((length > 0 || once) && !positioned)) &&
+    bool ring = deadline != 0 &&
+                (is_file ? positioned : (length > 0 || once) && !positioned) &&
                 weft__reactor_use_op(&s->r, kind, ring_op);
     size_t total = 0;
     for (;;) {
@@ -1490,7 +1498,7 @@ static VALUE do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
             n = res;
             goto moved;
         }
-        if (is_file && !has_ops && deadline != 0 && max >= FILE_OFFLOAD_MIN) {
+        if (is_file && deadline != 0 && max >= FILE_OFFLOAD_MIN) {
             struct fileop f = {.fd = fd, .op = op, .buf = (char *)base + offset,
                                .len = max > FILE_CHUNK ? FILE_CHUNK : max,
                                .off = from + (off_t)total};

@@ -336,9 +336,9 @@ module Weft
     end
 
     # The master is gone when its pipe reaches end of stream, or when this
-    # process has a parent other than +master_pid+: on io_uring a worker
-    # sometimes saw no end of stream after the master was killed, so the
-    # parent is looked at every second too.
+    # process has a parent other than +master_pid+ (looked at every
+    # second: a process the master started before it died may still hold
+    # the pipe's other end).
     def watch_master(io, master_pid)
       loop do
         break if Process.ppid != master_pid

@@ -365,4 +365,46 @@ class TestPrograms < Minitest::Test
     weft { Fiber.schedule { got = probe.call } }
     assert_equal ref, got
   end
+
+  # Several processes logging to one file they inherited (a server's
+  # workers with stderr redirected to a file, not appended): every line
+  # arrives, as it does with write(2) from plain Ruby. A ring WRITE at the
+  # file position would read and store the shared position without the
+  # kernel's lock, and lines written at the same moment overwrite each
+  # other.
+  SHARED_LOG = <<~'RUBY'
+    require "weft"
+    path, procs, fibers, lines = ARGV[0], *ARGV[1, 3].map { Integer(_1) }
+    weft = ARGV[4] == "weft"
+    File.open(path, "w") do |log|
+      log.sync = true
+      pids = Array.new(procs) do |p|
+        fork do
+          body = ->(f) { lines.times { |i| log.write(format("p%02d f%02d line %06d\n", p, f, i)) } }
+          if weft
+            Weft.run { fibers.times { |f| Fiber.schedule { body.(f) } } }
+          else
+            fibers.times.map { |f| Thread.new { body.(f) } }.each(&:join)
+          end
+          exit!(0)
+        end
+      end
+      pids.each { Process.wait(_1) }
+    end
+    all = File.readlines(path)
+    puts [all.size, all.uniq.size, all.all? { _1.match?(/\Ap\d\d f\d\d line \d{6}\n\z/) }].inspect
+  RUBY
+
+  def test_processes_sharing_a_log_file_lose_no_line
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "log")
+      args = [path, 3, 4, 3000]
+      ref, st = child("ARGV.replace(%w[#{args.join(" ")} threads]); #{SHARED_LOG}")
+      assert st.success?, ref
+      assert_equal "[36000, 36000, true]\n", ref
+      got, st = child("ARGV.replace(%w[#{args.join(" ")} weft]); #{SHARED_LOG}")
+      assert st.success?, got
+      assert_equal ref, got
+    end
+  end
 end

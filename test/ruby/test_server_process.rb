@@ -188,14 +188,6 @@ class TestServerProcess < Minitest::Test
 
   # A master killed with SIGKILL leaves no worker behind.
   def test_workers_stop_when_the_master_dies
-    if ENV["WEFT_BACKEND"] == "io_uring"
-      # Open (issue 23): on io_uring one of the two workers sometimes logs
-      # nothing after the master is SIGKILLed, neither for the pipe's end
-      # of stream nor for its new parent (checked every second), as if its
-      # loop no longer ran; 1 run in 3 of the fresh-clone CI runs. Cause
-      # not found; epoll and poll pass.
-      skip "a worker may not notice its master's death on io_uring (issue 23, open)"
-    end
     write_config
     pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "-b", "tcp://127.0.0.1:0")
     workers = 2.times.map { |i| wait_for_log(/worker \d ready \(pid (\d+)\)/, count: i + 1)[1].to_i }
