@@ -106,6 +106,9 @@ class TestServerTLS < Minitest::Test
     with_server(SCHEME, bind: bind) do |port|
       sock = connect(port)
       sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      answer = read_response(sock)
+      assert_equal 400, answer.status, "a plain-HTTP answer says what is wrong"
+      assert_match(/speaks HTTPS/, answer.body)
       assert closed_by_server?(sock), "the plain-HTTP connection is closed"
       sock.close
       r = https(port).request(Net::HTTP::Get.new("/after"))

@@ -98,7 +98,8 @@ module Weft
       # the connection's fiber, within head_timeout. False (logged, and the
       # connection closed by #run) when it fails or times out.
       def handshake
-        tls = TLSSocket.new(@sock, @endpoint.tls)
+        raw = @sock
+        tls = TLSSocket.new(raw, @endpoint.tls)
         tls.sync_close = true
         @sock = tls
         return true if tls.handshake(Weft.clock + @config.head_timeout)
@@ -107,7 +108,22 @@ module Weft
         false
       rescue TLSError => e
         @log.error("#{@remote_addr || "-"}: TLS handshake failed: #{e.message}")
+        plain_http_to_tls(raw) if e.message.include?("http request")
         false
+      end
+
+      PLAIN_TO_TLS = "This port speaks HTTPS: use https://\n"
+      private_constant :PLAIN_TO_TLS
+
+      # A plain HTTP request on an HTTPS port (OpenSSL saw a request line
+      # where a ClientHello belongs): say so in plain HTTP, as a 400,
+      # before the connection is closed, rather than only dropping it.
+      def plain_http_to_tls(raw)
+        raw.write_nonblock("HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\n" \
+                           "content-length: #{PLAIN_TO_TLS.bytesize}\r\nconnection: close\r\n\r\n" \
+                           "#{PLAIN_TO_TLS}", exception: false)
+      rescue IOError, SystemCallError
+        nil
       end
 
       # Serve one request; true when the connection stays open for another.
