@@ -130,6 +130,7 @@ module Weft
         end
         @accepters = @listeners.map { |l| Fiber.schedule { accept_loop(Endpoint.new(self, l)) } }
         @watcher = Fiber.schedule { watch_master(master, master_pid || Process.ppid) } if master
+        @write_watcher = Fiber.schedule { watch_writes }
         on_ready&.call
         control
       end
@@ -335,6 +336,32 @@ module Weft
       end
     end
 
+    # The fiber that ends connections whose response write has made no
+    # progress for write_timeout: a write counts as stuck when it is under
+    # way and no new one has begun since it was first seen.
+    def watch_writes
+      period = [@config.write_timeout / 4.0, 1.0].min
+      seen = {} # Connection => [writes, since]
+      loop do
+        sleep period
+        now = Weft.clock
+        seen.delete_if { |conn, _| !conn.writing? }
+        @connections.each_value do |conn|
+          next unless conn.writing?
+
+          count, since = seen[conn]
+          if count != conn.writes
+            seen[conn] = [conn.writes, now]
+          elsif now - since >= @config.write_timeout
+            seen.delete(conn)
+            conn.write_timed_out
+          end
+        end
+      end
+    rescue Weft::Stop
+      nil
+    end
+
     # The master is gone when its pipe reaches end of stream, or when this
     # process has a parent other than +master_pid+ (looked at every
     # second: a process the master started before it died may still hold
@@ -387,6 +414,7 @@ module Weft
       @connections.each_value(&:stop_if_idle)
       drain
     ensure
+      @scheduler.raise_in(@write_watcher, Weft::Stop) if @write_watcher&.alive?
       @stop_r.close
       @stop_w.close
     end

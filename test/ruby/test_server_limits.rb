@@ -120,6 +120,33 @@ class TestServerLimits < Minitest::Test
     end
   end
 
+  # A client that stops reading a large answer: once a write has made no
+  # progress for write_timeout, the connection is closed (logged), and
+  # others are served meanwhile and after.
+  def test_a_client_that_stops_reading_is_closed
+    big = "x" * (32 * 1024 * 1024)
+    app = ->(env) { [200, {}, [env["PATH_INFO"] == "/big" ? big : "small"]] }
+    with_server(app, write_timeout: 0.3) do |port|
+      sock = connect(port)
+      sock.write("GET /big HTTP/1.1\r\n#{H}\r\n")
+      assert_equal "small", get(port).body
+      deadline = now + GUARD
+      sleep 0.02 until errors_logged.include?("stopped reading") || now > deadline
+      assert_match(/the client stopped reading/, errors_logged)
+      got = 0
+      begin
+        while (chunk = sock.readpartial(1 << 20))
+          got += chunk.bytesize
+        end
+      rescue EOFError, Errno::ECONNRESET
+        nil
+      end
+      assert_operator got, :<, big.bytesize, "the answer was cut off"
+      sock.close
+      assert_equal "small", get(port).body
+    end
+  end
+
   def test_a_client_that_leaves_mid_body_disturbs_nobody
     with_server(ECHO) do |port|
       sock = connect(port)

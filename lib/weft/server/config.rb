@@ -28,6 +28,8 @@ module Weft
        "time without progress while receiving a request body (408 and close)"],
       [:idle_timeout, 20.0, "--idle-timeout SECONDS",
        "keep-alive: a connection idle this long between requests is closed"],
+      [:write_timeout, 60.0, "--write-timeout SECONDS",
+       "time one write of a response may go without progress (a client that stopped reading) before the connection is closed"],
       [:max_requests, 1000, "--max-requests N", "requests per connection, then Connection: close"],
       [:shutdown_timeout, 30.0, "--shutdown-timeout SECONDS",
        "graceful stop: time for requests in flight, then their fibers are stopped"],
@@ -53,7 +55,7 @@ module Weft
 
       INTEGERS = %i[workers max_concurrency max_request_line max_header_line max_head
                     max_headers max_body input_memory max_requests backlog].freeze
-      SECONDS = %i[head_timeout body_timeout idle_timeout shutdown_timeout].freeze
+      SECONDS = %i[head_timeout body_timeout idle_timeout write_timeout shutdown_timeout].freeze
 
       def initialize(options)
         options = options.dup

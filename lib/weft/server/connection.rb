@@ -33,6 +33,8 @@ module Weft
         @idle = false
         @hijacked = false
         @closing = false
+        @writes = 0
+        @writing = false
       end
 
       # The connection's fiber: serve requests until the connection closes.
@@ -76,6 +78,23 @@ module Weft
 
       # Waiting for its next request (keep-alive), nothing of one read yet.
       def idle? = @idle
+
+      # Number of writes begun on the connection, and whether one is under
+      # way: Server#watch_writes closes a connection whose write has made
+      # no progress for write_timeout (a client that stopped reading).
+      attr_reader :writes
+
+      def writing? = @writing
+
+      # Its write made no progress for write_timeout: log it and end the
+      # connection (its fiber stops as on shutdown; ensure blocks run).
+      def write_timed_out
+        return unless @fiber&.alive?
+
+        @log.error("#{@remote_addr || "-"}: the client stopped reading (a write made no progress " \
+                   "in #{@config.write_timeout}s); closing the connection")
+        @server.scheduler.raise_in(@fiber, Weft::Stop.new("write timeout"))
+      end
 
       # Graceful stop: a connection waiting for its next request goes now
       # (one whose request is being served finishes it first).
@@ -243,7 +262,7 @@ module Weft
       def read_body(length, continue)
         return EMPTY_INPUT if length.zero?
 
-        @sock.write(CONTINUE) if continue && @buf.bytesize < length
+        put(CONTINUE) if continue && @buf.bytesize < length
         if @buf.bytesize >= length
           body = @buf.byteslice(0, length)
           @buf = @buf.byteslice(length, @buf.bytesize - length)
@@ -287,7 +306,7 @@ module Weft
             break
           end
           unless sent_continue
-            @sock.write(CONTINUE)
+            put(CONTINUE)
             sent_continue = true
           end
           src = read_some(65_536)

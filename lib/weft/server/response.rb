@@ -34,12 +34,44 @@ module Weft
       # Bodies up to this size are copied into the head's string and sent
       # with it in one write.
       COALESCE = 64 * 1024
+      # Writes larger than this go in pieces of it (see #put).
+      PIECE = 1024 * 1024
 
       # An app's response the server cannot send: 500 and a log line
       # naming the problem.
       class Invalid < StandardError; end
 
       private
+
+      # Every write of a response goes through here. A large one goes in
+      # PIECE-sized writes, so that the timeout bounds each piece and a
+      # slow client still reading a big answer is not cut off.
+      def put(data)
+        return timed_pieces(data) if data.bytesize > PIECE
+
+        @writes += 1
+        @writing = true
+        @sock.write(data)
+      ensure
+        @writing = false
+      end
+
+      def timed_pieces(data)
+        off = 0
+        while off < data.bytesize
+          piece = data.byteslice(off, PIECE)
+          timed { @sock.write(piece) }
+          off += PIECE
+        end
+      end
+
+      def timed
+        @writes += 1
+        @writing = true
+        yield
+      ensure
+        @writing = false
+      end
 
       # Call the app and answer; true when the connection stays open.
       def respond(env, keep, head_only, minor)
@@ -78,7 +110,7 @@ module Weft
       end
 
       def write_head_only(status, text, keep)
-        @sock.write("#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{text.bytesize}\r\n" \
+        put("#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{text.bytesize}\r\n" \
                     "#{@server.date_line}#{keep ? "" : CLOSE}\r\n#{text}")
       end
 
@@ -102,7 +134,7 @@ module Weft
 
         if hijack
           end_head(head, false, minor)
-          @sock.write(head)
+          put(head)
           @log.access(@remote_addr, env, code, 0)
           @hijacked = true
           hijack.call(@sock)
@@ -238,13 +270,13 @@ module Weft
         # One write: IO#write with several strings costs Ruby 3.1 under a
         # scheduler one send per string plus a poll between them.
         if no_body || bytes.zero?
-          @sock.write(head)
+          put(head)
         elsif bytes <= COALESCE
           parts.each { |p| append(head, p) }
-          @sock.write(head)
+          put(head)
         else
-          @sock.write(head)
-          parts.each { |p| @sock.write(p) }
+          put(head)
+          parts.each { |p| put(p) }
         end
         @log.access(@remote_addr, env, code, no_body ? 0 : bytes)
         keep
@@ -257,8 +289,16 @@ module Weft
           size = length || file.size
           head << "content-length: #{size}\r\n" unless length
           end_head(head, keep, minor)
-          @sock.write(head)
-          IO.copy_stream(file, @sock, size)
+          put(head)
+          # In pieces, so that write_timeout bounds each piece, not the
+          # whole file (a slow reader of a big file is still reading).
+          sent = 0
+          while sent < size
+            n = timed { IO.copy_stream(file, @sock, [size - sent, PIECE].min, sent) }
+            break if n.zero? # the file is shorter than said
+
+            sent += n
+          end
           @log.access(@remote_addr, env, code, size)
         end
         keep
@@ -291,11 +331,11 @@ module Weft
             if part.bytesize <= COALESCE
               append(out, part)
               out << CRLF if chunk
-              @sock.write(out)
+              put(out)
             else
-              @sock.write(out)
-              @sock.write(part)
-              @sock.write(CRLF) if chunk
+              put(out)
+              put(part)
+              put(CRLF) if chunk
             end
             pending = nil
           end
@@ -314,9 +354,9 @@ module Weft
         end
         if pending
           pending << LAST_CHUNK if chunk
-          @sock.write(pending)
+          put(pending)
         elsif chunk
-          @sock.write(LAST_CHUNK)
+          put(LAST_CHUNK)
         end
         @log.access(@remote_addr, env, code, bytes)
         keep
@@ -326,7 +366,7 @@ module Weft
       # the connection (closed when it closes the stream).
       def send_stream(env, head, code, body, length, no_body, minor)
         end_head(head, false, minor)
-        @sock.write(head)
+        put(head)
         @log.access(@remote_addr, env, code, length || 0)
         return false if no_body
 
