@@ -1,16 +1,7 @@
 /*
- * internal.h — weft's internal contracts (not installed): the fiber
- * layer, on top of the reactor layer (reactor.h).
- *
- * Layers, bottom up (each uses only the ones below it):
- *   reactor  reactor.h: timers, waits, the descriptor table, backends,
- *            cross-thread posts, the worker pool (workers.h); knows
- *            nothing about stacks: a completed wait calls its wake function
- *   ctx      machine context switch (assembly in arch/, or ucontext)
- *   stack    mmap'd stacks with guard pages and a free cache
- *   sched    fibers on top of the reactor (wake = make the fiber runnable),
- *            sync primitives, futures, channels, scopes, the pool
- *   io       fiber-blocking system calls (io.h: io.c, wb.c, sock.c)
+ * internal.h — the fiber layer's contracts (not installed): the context
+ * switch, stacks, the scheduler and its fibers, on top of the reactor layer
+ * (reactor.h). The layers and what each may call: src/README.md.
  */
 #ifndef WEFT_INTERNAL_H
 #define WEFT_INTERNAL_H
