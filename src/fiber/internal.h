@@ -299,8 +299,6 @@ int weft__block(weft__wait *w);
 void weft__fiber_wake(weft__wait *w);
 /* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
 int weft__precheck(int64_t deadline);
-/* Timeout scopes (scope.c): bound @w's deadline by @scope (non-zero). */
-void weft__scope_clamp(weft__wait *w, int64_t scope);
 void weft__overflow_install(weft_sched_t *s);
 void weft__overflow_remove(weft_sched_t *s);
 

@@ -171,12 +171,24 @@ static inline __attribute__((always_inline)) void switch_away(weft_sched_t *s,
         self->state = WEFT__F_RUNNING;
 }
 
+/* A timeout scope (scope.c) bounds every wait of its fiber: a wait whose
+ * own deadline is later (or absent) ends at the scope's deadline with
+ * -ETIMEDOUT. */
+static void scope_clamp(weft__wait *w, int64_t scope)
+{
+    if (w->timer.idx != WEFT__TIMER_IDLE && w->timer.deadline <= scope)
+        return;
+    int rc = weft__wait_rearm_deadline(w, scope);
+    if (rc < 0)
+        weft__wait_complete(w, rc);
+}
+
 int weft__block(weft__wait *w)
 {
     weft_sched_t *s = weft__tls_sched;
     weft__fiber *f = s->current;
     if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
-        weft__scope_clamp(w, f->scope_deadline);
+        scope_clamp(w, f->scope_deadline);
     if (w->active) {
         f->wait = w;
         f->state = WEFT__F_BLOCKED;
