@@ -129,11 +129,32 @@ typedef struct weft__oprec {
  * HUP, ERR); the reactor notes it and strips it. */
 #define WEFT__EV_PEER_GONE 0x100
 
+/*
+ * Tables indexed by descriptor number: the reactor's (weft__fdstate, below),
+ * the epoll and poll backends' and the I/O layer's (weft__iofd, io.h). Each
+ * grows through weft__fdtab_grow, and an entry of zeros means "nothing
+ * known". A number's new life (a close, a forget, a descriptor weft made)
+ * starts in weft__reactor_fd_close: waiters are woken, the backend drops
+ * its registration (fd_forget), the reactor's entry is reset with its
+ * generation bumped; a layer above with a table of its own clears its
+ * entry (weft__fdtab_clear) in the one function through which it calls
+ * that (the I/O layer's weft__io_fd_reset).
+ */
+/* Grow @tab, a table of @size-byte entries now @*n long, to hold entry @fd
+ * (>= 0): doubling from 256, never past INT32_MAX entries, the new entries
+ * zeroed. Returns the table (moved or not) with @*n updated, or NULL
+ * (ENOMEM, or @fd beyond any table: @tab and @*n unchanged). */
+void *weft__fdtab_grow(void *tab, int *n, int fd, size_t size);
+/* A new life of @fd: its entry (if the table reaches it) zeroed. */
+static inline void weft__fdtab_clear(void *tab, int n, int fd, size_t size)
+{
+    if (fd >= 0 && fd < n)
+        memset((char *)tab + (size_t)fd * size, 0, size);
+}
+
 /* Per-descriptor state, indexed by fd number: what the reactor knows of
- * a descriptor during one life of its number (all of it is reset, and the
- * generation bumped, by weft__reactor_fd_close / weft__reactor_fd_new).
- * Backends keep their own per-descriptor state behind bstate; the fiber
- * I/O layer keeps its own table (weft__iofd, io.h). */
+ * a descriptor during one life of its number. Backends keep their own
+ * per-descriptor state behind bstate. */
 typedef struct weft__fdstate {
     weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
     uint32_t gen;         /* bumped on close/forget/new descriptor          */
