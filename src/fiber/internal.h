@@ -240,7 +240,7 @@ typedef struct weft__slot {
 } weft__slot;
 
 struct weft_sched {
-    weft__reactor r;          /* first: wb.c's poll hook finds us from it  */
+    weft__reactor r;
     weft__fiber main;         /* the thread's own stack                    */
     weft__fiber *current;
     weft__fiber *rq_head, *rq_tail;
@@ -252,15 +252,12 @@ struct weft_sched {
     size_t live, handles;
     uint64_t switches, spawned;
     unsigned tick;
-    /* the fiber I/O layer (io.h); it sets io_fini when it first keeps
-     * state here, and weft_sched_destroy calls it (after the reactor's
-     * teardown): the scheduler knows nothing else of that layer */
+    /* the fiber I/O layer's state (weft__io, io.h), NULL until it first
+     * keeps some; that layer sets io_fini then, and weft_sched_destroy
+     * calls it (after the reactor's teardown): the scheduler knows nothing
+     * else of that layer */
+    struct weft__io *io;
     void (*io_fini)(weft_sched_t *s);
-    struct weft__iofd *iofd;
-    int niofd;
-    struct weft__wb *wb_all, *wb_free;  /* write-behind buffers (wb.c)   */
-    struct weft__wb **wb_fresh;         /* submitted, deadline not armed  */
-    uint32_t wb_fresh_n, wb_fresh_cap;
     pthread_t owner;
     bool running;
     bool forked;              /* this is a fork child's copy: see sched.c */

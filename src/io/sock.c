@@ -34,8 +34,9 @@ void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream)
 
 int weft__io_stream(weft_sched_t *s, int fd)
 {
-    if (fd < s->niofd && s->iofd[fd].stream)
-        return s->iofd[fd].stream;
+    const weft__iofd *known = weft__iofd_find(s, fd);
+    if (known && known->stream)
+        return known->stream;
     /* Asked before the table grows to @fd: a bogus number fails here. */
     int type = 0;
     socklen_t len = sizeof type;

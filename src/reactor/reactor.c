@@ -482,7 +482,7 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         timeout = d < 0 ? 0 : d;
     }
     if (WEFT_UNLIKELY(r->hook_pending != 0) && timeout != 0) {
-        int64_t d = r->hook->deadline(r);
+        int64_t d = r->hook->deadline(r->hook_arg);
         if (d != WEFT_FOREVER) {
             d -= weft_now();
             if (timeout < 0 || d < timeout)

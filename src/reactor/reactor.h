@@ -235,6 +235,7 @@ struct weft__reactor {
     /* A client's deadlines kept outside the timers (weft__poll_hook):
      * consulted around a poll while hook_pending is non-zero. */
     const struct weft__poll_hook *hook;
+    void *hook_arg;          /* what the hook's functions are called with */
     uint32_t hook_pending;
     /* op_mask[kind] bit op: the backend's op_ok, asked once at init */
     uint16_t op_mask[WEFT__FD_KINDS];
@@ -249,11 +250,12 @@ struct weft__reactor {
  * for the earliest such deadline (WEFT_FOREVER: none) and sleeps no longer
  * than that; after the poll (events dispatched, before timers fire) it
  * calls @after, which arms a timer for each wait still in flight and
- * clears hook_pending. The reactor knows nothing else of the client.
+ * clears hook_pending. Both get r->hook_arg, which the client sets with
+ * r->hook. The reactor knows nothing else of the client.
  */
 typedef struct weft__poll_hook {
-    int64_t (*deadline)(weft__reactor *r);
-    void (*after)(weft__reactor *r);
+    int64_t (*deadline)(void *arg);
+    void (*after)(void *arg);
 } weft__poll_hook;
 
 int weft__reactor_init(weft__reactor *r, weft_backend_t which);
