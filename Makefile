@@ -95,7 +95,7 @@ EXAMPLES := $(filter-out $(BUILD)/examples/pool_demo,$(EXAMPLES))
 PG_TESTS :=
 endif
 
-# TLS (issue 17): libweft_tls, a layer above libweft built from src/tls/
+# TLS: libweft_tls, a layer above libweft built from src/tls/
 # (not src/, which the Ruby extension compiles: libweft never needs
 # OpenSSL), the TLS tests test/c/t_tls*.c (in $(BUILD)/tests/, so every
 # stage of scripts/test.sh runs them) and the programs that speak TLS.

@@ -103,8 +103,8 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
 }
 
 /* A deadline of 0 is the explicit "try once": the system call does that
- * best. Any other deadline is not compared with the clock here (a read
- * per call, ~25-40 ns): one that has passed already makes the timer fire
+ * best. Any other deadline is not compared with the clock here (a clock
+ * read on every call): one that has passed already makes the timer fire
  * in the poll that submits the op, which cancels it unless it completed
  * inside that submission — the same single attempt. */
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)

@@ -490,15 +490,15 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         }
     }
     /* A poll that must not block can only complete waits and run posts:
-     * skip the system call (~0.2-1 us, made every WEFT__POLL_TICKS
-     * switches) while nothing waits and no post is pending. This makes a
-     * yield between busy fibers 13.0 -> 9.0 ns (bench/core_switch). */
+     * skip the system call (made every WEFT__POLL_TICKS switches, it
+     * would dominate a yield between busy fibers) while nothing waits and
+     * no post is pending (docs/PERFORMANCE.md). */
     int rc = 0;
     if (may_block || r->nwaits ||
         atomic_load_explicit(&r->wake_pending, memory_order_relaxed))
         rc = r->ops->poll(r, timeout);
     if (WEFT_UNLIKELY(r->hook_pending != 0))
-        r->hook->after(r);
+        r->hook->after(r->hook_arg);
     if (weft__heap_count(&r->timers)) {
         int64_t now = weft_now();
         while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {

@@ -318,7 +318,10 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline);
 /* Wait for @fd to be ready for @events: the backend decides how (a
  * registration, a poll array entry, a ring POLL). A descriptor the backend
  * cannot watch (a regular file with epoll) is always ready: the wait
- * completes at once with @events. Returns 0 or -ENOMEM. */
+ * completes at once with @events. Returns 0, -ENOMEM (the table cannot
+ * grow to @fd), or the backend's error from registering it (epoll_ctl's
+ * -EBADF, -ENOSPC..., a ring that cannot take the POLL), passed on as
+ * it is. */
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
 /* Move @w's deadline to @deadline (a wait already armed; the new one may
  * be earlier or later): its timer is disarmed and armed again. Returns 0 or
