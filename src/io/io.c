@@ -28,45 +28,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* ---- the layer's own descriptor table ---------------------------------- */
-
-/* The scheduler's teardown: this layer's tables and buffers. */
-static void io_fini(weft_sched_t *s)
-{
-    weft__io *io = s->io;
-    if (!io)
-        return;
-    weft__wb_fini(io);
-    free(io->fds);
-    free(io);
-    s->io = NULL;
-}
-
-weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd)
-{
-    weft__io *io = s->io;
-    if (!io) {
-        if (!(io = calloc(1, sizeof *io)))
-            return NULL;
-        io->s = s;
-        s->io = io;
-        s->io_fini = io_fini;
-    }
-    weft__iofd *t = weft__fdtab_grow(io->fds, &io->nfds, fd, sizeof *t);
-    if (!t)
-        return NULL;
-    io->fds = t;
-    return &t[fd];
-}
-
-void weft__io_fd_reset(weft_sched_t *s, int fd, int err)
-{
-    weft__reactor_fd_close(&s->r, fd, err);
-    /* a write-behind in flight was cancelled above */
-    if (s->io)
-        weft__fdtab_clear(s->io->fds, s->io->nfds, fd, sizeof *s->io->fds);
-}
-
 /* ---- shared steps ---------------------------------------------------------- */
 
 int weft__io_begin(int fd, int64_t deadline)
@@ -269,8 +230,26 @@ static int write_op(int kind, int cnt)
     return cnt == 1 ? WEFT__OP_WRITE : WEFT__OP_WRITEV;
 }
 
-/* The op described for @cnt buffers (one buffer: buf and len as well). */
-static weft__opdesc rw_desc(int op, int fd, const struct iovec *iov, int cnt, int flags)
+/* The checks of weft__io_begin, then the kind of @fd (-ENOTSOCK if
+ * @socket_only and it is not a socket), and in *@op the op (@op_for:
+ * read_op or write_op) for @cnt buffers on it. */
+static int rw_begin(int fd, int64_t deadline, bool socket_only, int cnt,
+                    int (*op_for)(int, int), int *op)
+{
+    int kind = weft__io_begin(fd, deadline);
+    if (kind < 0)
+        return kind;
+    kind = weft__io_kind(fd);
+    if (kind >= 0 && socket_only && kind != WEFT__FD_SOCKET)
+        return -ENOTSOCK;
+    if (kind >= 0)
+        *op = op_for(kind, cnt);
+    return kind;
+}
+
+/* Run @op on @cnt buffers as a completion op (see op_until_done). */
+static ssize_t rw_by_op(int op, int fd, const struct iovec *iov, int cnt,
+                        int flags, uint32_t ready, int64_t deadline)
 {
     weft__opdesc d = {.op = op, .fd = fd, .flags = flags, .off = -1,
                       .iov = iov, .iovcnt = cnt};
@@ -278,17 +257,7 @@ static weft__opdesc rw_desc(int op, int fd, const struct iovec *iov, int cnt, in
         d.buf = iov[0].iov_base;
         d.len = iov[0].iov_len;
     }
-    return d;
-}
-
-/* The kind of @fd after weft__io_begin; -ENOTSOCK if @socket_only and it
- * is not a socket. */
-static int rw_kind(int fd, bool socket_only)
-{
-    int kind = weft__io_kind(fd);
-    if (kind >= 0 && socket_only && kind != WEFT__FD_SOCKET)
-        return -ENOTSOCK;
-    return kind;
+    return op_until_done(&d, ready, deadline);
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -336,24 +305,19 @@ static ssize_t sock_read(weft_sched_t *s, int fd, const struct iovec *iov,
 static ssize_t do_read(int fd, const struct iovec *iov, int cnt, int flags,
                        int64_t deadline, bool socket_only)
 {
-    int rc = weft__io_begin(fd, deadline);
-    if (rc < 0)
-        return rc;
-    int kind = rw_kind(fd, socket_only);
+    int op, kind = rw_begin(fd, deadline, socket_only, cnt, read_op, &op);
     if (kind < 0)
         return kind;
-    const int op = read_op(kind, cnt);
-    if (weft__io_use_op(kind, op, deadline)) {
-        weft__opdesc d = rw_desc(op, fd, iov, cnt, flags);
-        return op_until_done(&d, WEFT_READABLE, deadline);
-    }
+    if (weft__io_use_op(kind, op, deadline))
+        return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
     if (kind == WEFT__FD_SOCKET)
         return sock_read(weft__sched_tls(), fd, iov, cnt, flags, deadline);
     for (;;) {
         ssize_t n = readv(fd, iov, cnt);
         if (n >= 0)
             return n;
-        if ((rc = retry_after(fd, WEFT_READABLE, deadline, false)) < 0)
+        int rc = retry_after(fd, WEFT_READABLE, deadline, false);
+        if (rc < 0)
             return rc;
     }
 }
@@ -375,9 +339,9 @@ static ssize_t sock_send(int fd, const struct iovec *iov, int cnt, int flags)
 static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
                         int64_t deadline, bool socket_only)
 {
-    int rc = weft__io_begin(fd, deadline);
-    if (rc < 0)
-        return rc;
+    int op, kind = rw_begin(fd, deadline, socket_only, cnt, write_op, &op);
+    if (kind < 0)
+        return kind;
     weft_sched_t *s = weft__sched_tls();
     const weft__iofd *io = weft__iofd_at(s, fd);
     if (WEFT_UNLIKELY(io->wb_on || io->wb || io->wb_err)) {
@@ -385,21 +349,16 @@ static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
         if (n != WEFT__WB_PASS)
             return n;
     }
-    int kind = rw_kind(fd, socket_only);
-    if (kind < 0)
-        return kind;
-    const int op = write_op(kind, cnt);
-    if (weft__io_use_op(kind, op, deadline)) {
-        weft__opdesc d = rw_desc(op, fd, iov, cnt, flags);
-        return op_until_done(&d, WEFT_WRITABLE, deadline);
-    }
+    if (weft__io_use_op(kind, op, deadline))
+        return rw_by_op(op, fd, iov, cnt, flags, WEFT_WRITABLE, deadline);
     for (;;) {
         ssize_t n = kind == WEFT__FD_SOCKET ? sock_send(fd, iov, cnt, flags)
                   : kind == WEFT__FD_FILE   ? writev(fd, iov, cnt)
                                             : writev_nosigpipe(fd, iov, cnt);
         if (n >= 0)
             return n;
-        if ((rc = retry_after(fd, WEFT_WRITABLE, deadline, false)) < 0)
+        int rc = retry_after(fd, WEFT_WRITABLE, deadline, false);
+        if (rc < 0)
             return rc;
     }
 }
@@ -497,6 +456,12 @@ int weft_write_all(int fd, const void *buf, size_t len, size_t *written,
     if (written)
         *written = done;
     return rc;
+}
+
+int weft_flush(int fd, int64_t deadline)
+{
+    int rc = weft__io_begin(fd, deadline);
+    return rc < 0 ? rc : weft__wb_drain(fd, deadline);
 }
 
 /* ---- readiness ---------------------------------------------------------- */

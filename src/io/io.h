@@ -1,7 +1,9 @@
 /*
  * io.h — the fiber I/O layer's internals, shared by io.c (fiber-blocking
- * system calls), wb.c (write-behind) and sock.c (descriptor and socket
- * helpers). Not installed.
+ * system calls), wb.c (write-behind) and sock.c (the layer's state of
+ * each descriptor; making and closing them). Not installed. Calls go one
+ * way inside the layer: io.c uses sock.c and wb.c, sock.c uses wb.c, and
+ * wb.c only this header (its teardown is a hook in weft__io).
  *
  * This layer sits on the scheduler (it blocks C fibers) and uses the
  * reactor below it; the reactor knows nothing of it. Its state lives in a
@@ -46,10 +48,24 @@ typedef struct weft__io {
     struct weft__wb *wb_all, *wb_free;  /* write-behind buffers (wb.c)     */
     struct weft__wb **wb_fresh;         /* submitted, deadline not armed   */
     uint32_t wb_fresh_n, wb_fresh_cap;
+    void (*wb_fini)(struct weft__io *io); /* set by wb.c with its first
+                                             buffer; called at teardown  */
 } weft__io;
 
+/* Make @s's I/O state (sock.c), on first use; NULL = ENOMEM. */
+weft__io *weft__io_make(weft_sched_t *s);
 /* The I/O state of @fd (>= 0), growing the table to it; NULL = ENOMEM. */
-weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd);
+static inline weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd)
+{
+    weft__io *io = s->io ? s->io : weft__io_make(s);
+    if (!io)
+        return NULL;
+    weft__iofd *t = weft__fdtab_grow(io->fds, &io->nfds, fd, sizeof *t);
+    if (!t)
+        return NULL;
+    io->fds = t;
+    return &t[fd];
+}
 static inline weft__iofd *weft__iofd_get(weft_sched_t *s, int fd)
 {
     weft__io *io = s->io;

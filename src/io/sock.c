@@ -1,6 +1,8 @@
 /*
- * sock.c — descriptors and sockets: making them (weft_socket, weft_pipe),
- * shutting them down, forgetting and closing them.
+ * sock.c — descriptors and sockets: the layer's state of each (made on
+ * first use, reset on a new life, torn down with the scheduler), making
+ * them (weft_socket, weft_pipe), their write-behind switch
+ * (weft_write_behind), shutting them down, forgetting and closing them.
  *
  * A descriptor weft makes starts a new life of its number in the reactor
  * and the I/O layer (weft__io_adopt): whatever a previous descriptor with
@@ -16,8 +18,43 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* ---- the layer's own descriptor table ---------------------------------- */
+
+/* The scheduler's teardown: this layer's tables and buffers. */
+static void io_fini(weft_sched_t *s)
+{
+    weft__io *io = s->io;
+    if (!io)
+        return;
+    if (io->wb_fini)
+        io->wb_fini(io);
+    free(io->fds);
+    free(io);
+    s->io = NULL;
+}
+
+weft__io *weft__io_make(weft_sched_t *s)
+{
+    weft__io *io = calloc(1, sizeof *io);
+    if (!io)
+        return NULL;
+    io->s = s;
+    s->io = io;
+    s->io_fini = io_fini;
+    return io;
+}
+
+void weft__io_fd_reset(weft_sched_t *s, int fd, int err)
+{
+    weft__reactor_fd_close(&s->r, fd, err);
+    /* a write-behind in flight was cancelled above */
+    if (s->io)
+        weft__fdtab_clear(s->io->fds, s->io->nfds, fd, sizeof *s->io->fds);
+}
 
 void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream)
 {
@@ -124,5 +161,31 @@ int weft_pipe(int fds[2])
         weft__io_adopt(s, fds[0], WEFT__FD_FIFO, 0);
         weft__io_adopt(s, fds[1], WEFT__FD_FIFO, 0);
     }
+    return 0;
+}
+
+int weft_write_behind(int fd, int on)
+{
+    weft_sched_t *s = weft__sched_tls();
+    if (fd < 0)
+        return -EBADF;
+    if (on != 0 && on != 1)
+        return -EINVAL;
+    if (!s)
+        return -EPERM;
+    /* Known for the sockets weft made or accepted, else asked once. */
+    int stream = weft__io_stream(s, fd);
+    if (stream < 0)
+        return stream;
+    if (stream != 1)
+        return -EINVAL;
+    weft__fdstate *fs = weft__fd(&s->r, fd);
+    weft__iofd *st = weft__iofd_get(s, fd);
+    if (!fs || !st)
+        return -ENOMEM;
+    fs->kind = WEFT__FD_SOCKET;
+    /* Readiness backends send with a system call that returns as soon as
+     * the kernel has the bytes: nothing to gain. */
+    st->wb_on = on && weft__reactor_use_op(&s->r, WEFT__FD_SOCKET, WEFT__OP_SEND);
     return 0;
 }

@@ -55,6 +55,7 @@ static weft__wb *wb_get(weft__io *io)
     }
     wb = malloc(sizeof *wb);
     if (wb) {
+        io->wb_fini = weft__wb_fini;
         wb->io = io;
         wb->all_next = io->wb_all;
         io->wb_all = wb;
@@ -327,38 +328,6 @@ ssize_t weft__wb_write(weft__io *io, int fd, const struct iovec *iov, int cnt,
         return WEFT__WB_PASS;
     }
     return (ssize_t)total;
-}
-
-int weft_write_behind(int fd, int on)
-{
-    weft_sched_t *s = weft__sched_tls();
-    if (fd < 0)
-        return -EBADF;
-    if (on != 0 && on != 1)
-        return -EINVAL;
-    if (!s)
-        return -EPERM;
-    /* Known for the sockets weft made or accepted, else asked once. */
-    int stream = weft__io_stream(s, fd);
-    if (stream < 0)
-        return stream;
-    if (stream != 1)
-        return -EINVAL;
-    weft__fdstate *fs = weft__fd(&s->r, fd);
-    weft__iofd *st = weft__iofd_get(s, fd);
-    if (!fs || !st)
-        return -ENOMEM;
-    fs->kind = WEFT__FD_SOCKET;
-    /* Readiness backends send with a system call that returns as soon as
-     * the kernel has the bytes: nothing to gain. */
-    st->wb_on = on && weft__reactor_use_op(&s->r, WEFT__FD_SOCKET, WEFT__OP_SEND);
-    return 0;
-}
-
-int weft_flush(int fd, int64_t deadline)
-{
-    int rc = weft__io_begin(fd, deadline);
-    return rc < 0 ? rc : weft__wb_drain(fd, deadline);
 }
 
 void weft__wb_settle_before(int fd)

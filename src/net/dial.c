@@ -518,6 +518,17 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
     return -EINVAL;
 }
 
+/* A TCP socket of @family with option @opt of @level set to 1 (best
+ * effort: the socket is usable without it). */
+static int tcp_socket(int family, int level, int opt)
+{
+    int fd = weft_socket(family, SOCK_STREAM, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, level, opt, &one, sizeof one);
+    return fd;
+}
+
 int weft_tcp_listen(const char *host, int port, int backlog, int reuseport)
 {
     struct sockaddr_storage ss;
@@ -528,11 +539,10 @@ int weft_tcp_listen(const char *host, int port, int backlog, int reuseport)
                            reuseport ? WEFT_REUSEPORT : 0, WEFT_FOREVER);
     if (rc < 0)
         return rc;
-    int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
+    int fd = tcp_socket(ss.ss_family, SOL_SOCKET, SO_REUSEADDR);
     if (fd < 0)
         return fd;
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (reuseport &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
         goto fail;
@@ -560,11 +570,9 @@ int weft_tcp_connect(const char *host, int port, int64_t deadline)
         return -EINVAL;
     if ((rc = weft__precheck(deadline)) < 0)
         return rc;
-    int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
+    int fd = tcp_socket(ss.ss_family, IPPROTO_TCP, TCP_NODELAY);
     if (fd < 0)
         return fd;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     rc = weft_connect(fd, (struct sockaddr *)&ss, len, deadline);
     if (rc < 0) {
         weft_close(fd);
