@@ -53,14 +53,28 @@ else
 CFLAGS_ALL += -DWEFT_NO_URING
 endif
 
-LIB_SRC := $(wildcard src/*.c) src/arch/ctx.c
-# The reactor layer (src/reactor.h): it builds and links on its own
+# ---- the library's layers: one folder of src/ each (src/README.md), bottom
+# up. A layer's files are whatever its folder holds; each compiles with
+# include/, its own folder and the folders of the layers below it on the
+# include path, so a header of a higher layer cannot be included (the
+# compiler does not find it). arch/ (the context switch) compiles as part
+# of the fiber layer; tls/ is libweft_tls, above all of them.
+LAYERS := reactor fiber sync io net proc
+layer_inc :=
+$(foreach l,$(LAYERS),$(eval layer_inc += -Isrc/$(l))$(eval INC_$(l) := $(layer_inc)))
+INC_arch := $(INC_fiber)
+# Every layer's headers, for programs that may use internal symbols (the
+# tests and benchmarks).
+INC_ALL := $(INC_$(lastword $(LAYERS)))
+$(foreach d,$(filter-out arch tls $(LAYERS),$(notdir $(patsubst %/,%,$(wildcard src/*/)))),\
+  $(error src/$(d)/ is in no layer: add it to LAYERS in the Makefile))
+
+LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)) $(wildcard src/arch/*.c)
+# The reactor layer (src/reactor/): it builds and links on its own
 # (libweft_reactor.a; the Ruby extension compiles exactly these), which
 # $(BUILD)/tests/layer_reactor and scripts/test.d/layers.sh check.
-REACTOR_SRC := src/reactor.c src/timer.c src/backend_epoll.c src/backend_poll.c \
-               src/backend_uring.c src/workers.c src/fault.c
-REACTOR_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(REACTOR_SRC))
-LIB_ASM := src/arch/ctx_x86_64.S src/arch/ctx_aarch64.S
+REACTOR_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(wildcard src/reactor/*.c))
+LIB_ASM := $(wildcard src/arch/*.S)
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
            $(patsubst src/%.S,$(BUILD)/obj/%.o,$(LIB_ASM))
 
@@ -81,7 +95,7 @@ EXAMPLES := $(filter-out $(BUILD)/examples/pool_demo,$(EXAMPLES))
 PG_TESTS :=
 endif
 
-# TLS (issue 17): libweft_tls, a layer above libweft built from src/tls/
+# TLS: libweft_tls, a layer above libweft built from src/tls/
 # (not src/, which the Ruby extension compiles: libweft never needs
 # OpenSSL), the TLS tests test/c/t_tls*.c (in $(BUILD)/tests/, so every
 # stage of scripts/test.sh runs them) and the programs that speak TLS.
@@ -104,13 +118,26 @@ lib: $(BUILD)/libweft.a $(BUILD)/libweft.so $(BUILD)/libweft_reactor.a
 examples: $(EXAMPLES)
 tests: $(TESTS) $(BUILD)/tests/layer_reactor
 
+# The include path of the layer a file's folder names (INC_reactor...).
 $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
 
 $(BUILD)/obj/%.o: src/%.S
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
+
+# A variable's value, for scripts that build from the same lists
+# (make -s print-LIB_SRC, print-INC_ALL: scripts/test.d/fuzz_ops.sh).
+print-%:
+	@echo $($*)
+
+# Compile $(PROBE) as a file of layer $(LAYER) would be, no output
+# (scripts/test.d/layers.sh: a reactor file that includes a fiber header
+# does not compile).
+.PHONY: probe-layer
+probe-layer:
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS_ALL)) $(INC_$(LAYER)) -c $(PROBE) -o /dev/null
 
 $(BUILD)/libweft.a: $(LIB_OBJ)
 	@rm -f $@
@@ -124,7 +151,7 @@ $(BUILD)/libweft_reactor.a: $(REACTOR_OBJ)
 # calls up into the fiber layer.
 $(BUILD)/tests/layer_reactor: test/c/layer_reactor.c $(BUILD)/libweft_reactor.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft_reactor.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(INC_reactor) $< -o $@ $(BUILD)/libweft_reactor.a $(LDFLAGS_SAN) $(LDLIBS)
 
 $(BUILD)/libweft.so: $(LIB_OBJ) src/weft.map
 	$(CC) -shared -Wl,--version-script=src/weft.map -Wl,-soname,libweft.so.0 \
@@ -144,7 +171,7 @@ $(filter $(BUILD)/tests/t_http%,$(TESTS)): $(HTTP_SRC) $(HTTP_HDR)
 
 $(BUILD)/tests/%: test/c/%.c test/c/harness.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(INC_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
 # Database glue and tests (see PG_TESTS above).
 $(BUILD)/examples/pool_demo: contrib/pg/wpg.c contrib/pg/wpg.h
@@ -153,7 +180,7 @@ $(BUILD)/examples/pool_demo: LDLIBS += -lpq
 tests: $(PG_TESTS)
 $(BUILD)/tests-pg/%: test/c/%.c test/c/harness.h contrib/pg/wpg.c contrib/pg/wpg.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(PG_CFLAGS) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) -lpq
+	$(CC) $(CFLAGS_ALL) $(PG_CFLAGS) $(INC_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) -lpq
 
 # TLS library, tests and programs (see HAVE_SSL above). http_server serves
 # HTTPS when built here (contrib/http/http_tls.c, -DWEFT_HTTP_TLS).
@@ -168,7 +195,7 @@ $(BUILD)/libweft_tls.so: $(TLS_OBJ) src/tls/weft_tls.map $(BUILD)/libweft.so
 	    $(LDFLAGS_SAN) -o $@ $(TLS_OBJ) $(BUILD)/libweft.so $(TLS_LDLIBS)
 $(TLS_TESTS): $(BUILD)/tests/%: test/c/%.c test/c/harness.h test/c/tls_util.h $(BUILD)/libweft_tls.a $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Isrc -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft_tls.a $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) $(TLS_LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(INC_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft_tls.a $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS) $(TLS_LDLIBS)
 TLS_EXAMPLES += $(BUILD)/examples/http_server
 $(BUILD)/examples/http_server: contrib/http/http_tls.c contrib/http/http_tls.h
 $(BUILD)/tests/t_tls_http: $(HTTP_SRC) $(HTTP_HDR) contrib/http/http_tls.c contrib/http/http_tls.h
@@ -197,7 +224,7 @@ benches: $(BENCHES)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(INC_ALL) $< -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
 $(BUILD)/bench/boost_%: bench/boost_%.cpp
 	@mkdir -p $(dir $@)
@@ -277,7 +304,7 @@ endif
 # ---- ruby: the extension (ext/weft) built into lib/weft/weft.so, so that
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a
 # note) when Ruby's headers are not installed (Debian: ruby-dev).
-RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) contrib/http/http_parse.c contrib/http/http_parse.h $(wildcard src/*.c src/*.h src/arch/*) include/weft.h
+RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) contrib/http/http_parse.c contrib/http/http_parse.h $(wildcard src/reactor/*) include/weft.h
 .PHONY: ruby test-ruby test-ruby-latest
 ifeq ($(RUBY_HDRS),1)
 ruby: lib/weft/weft.so
@@ -288,13 +315,13 @@ endif
 lib/weft/weft.so: $(RUBY_EXT_DEPS)
 	@mkdir -p build/ruby
 	@# extconf again when it or the set of files changed (directory mtimes)
-	cd build/ruby && { for d in ../../src ../../src/arch ../../include ../../ext/weft/extconf.rb; do \
+	cd build/ruby && { for d in ../../src/reactor ../../include ../../ext/weft/extconf.rb; do \
 	    [ Makefile -nt $$d ] || rm -f Makefile; done; [ -f Makefile ] || $(RUBY) $(CURDIR)/ext/weft/extconf.rb >/dev/null; } \
 	  && $(MAKE) --no-print-directory -s V=0 >/dev/null
 	@# A new file renamed into place, never a copy over the old one: a Ruby
 	@# process that has the extension loaded keeps its mapping of the old
 	@# file; copying over it rewrites the pages it runs ([BUG] Bus Error or
-	@# Segmentation fault in whatever extension code runs next; issue 18).
+	@# Segmentation fault in whatever extension code runs next).
 	cp build/ruby/weft.so $@.tmp.$$$$ && mv -f $@.tmp.$$$$ $@
 test-ruby: ruby
 	@bash scripts/test.d/ruby.sh

@@ -16,6 +16,11 @@
 #                                better, W/P when higher is better
 #   bench_emit GROUP NAME UNIT BETTER "WEFT RUNS" [PEER "PEER RUNS" [NOTE]]
 #                                append one JSON line to $WEFT_BENCH_JSONL
+#   bench_need PART CMD...       the commands a part needs: when one is
+#                                missing, install the benchmark packages
+#                                (scripts/deps.sh bench); where that cannot
+#                                be done, say what to run and exit 1 before
+#                                the part starts anything
 #   bench_header TITLE           print a part's table header
 #   bench_row NAME UNIT BETTER "WEFT RUNS" [PEER "PEER RUNS" [NOTE]]
 #                                print one table row (medians, ratio)
@@ -25,6 +30,21 @@
 # Figures are plain numbers; runs are space-separated lists of them.
 
 WEFT_BENCH_LOCK=${WEFT_BENCH_LOCK:-/tmp/weft-bench.lock}
+_bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+bench_need() {
+  local part=$1 c missing=(); shift
+  for c in "$@"; do command -v "$c" >/dev/null || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "$part: ${missing[*]} missing: installing the benchmark packages (scripts/deps.sh bench)" >&2
+  if bash "$_bench_root/scripts/deps.sh" bench >&2; then
+    missing=()
+    for c in "$@"; do command -v "$c" >/dev/null || missing+=("$c"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+  fi
+  echo "$part: ${missing[*]} still missing: run 'bash scripts/deps.sh bench' as root (make bench does), then this part again" >&2
+  exit 1
+}
 
 bench_locked() { flock "$WEFT_BENCH_LOCK" "$@"; }
 

@@ -445,7 +445,10 @@ int weft_wait_fd(int fd, int events, int64_t deadline);
  *
  * @return the number of bytes read (short reads happen; 0 is end of file),
  * or -ETIMEDOUT, -ECANCELED, -EBADF, -ECONNRESET, any other read(2) error,
- * -EINVAL for a NULL buffer with non-zero length. @p len 0 returns 0 at once.
+ * -EINVAL for a NULL buffer with non-zero length. @p len 0 reads nothing and
+ * returns 0 once the checks every call makes have passed (so it can still
+ * return -EPERM outside a fiber, -ECANCELED, -ETIMEDOUT for a timeout scope
+ * that has passed, -EBADF).
  */
 ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline);
 
@@ -751,7 +754,12 @@ int weft_resolve(const char *host, int port, int type,
  * before fails, or once it has gone 250 ms without an answer ("happy
  * eyeballs", RFC 8305) while the earlier attempts keep going; the first
  * connection made wins and the others are closed. Every attempt shares
- * @p deadline.
+ * @p deadline. The losing attempts are closed by fibers of their own, which
+ * weft_dial() does not wait for: it can return, with a connection or an
+ * error, before they are closed (on io_uring each first waits for the
+ * kernel to answer its cancelled connect), so a program that counts its
+ * open descriptors right after a dial may still see them; they are gone
+ * after a few turns of the loop.
  *
  * @return the connected descriptor; -EINVAL (NULL or empty @p host, @p port
  * outside 1..65535, another @p type); the resolver's errors (-ENOENT for a

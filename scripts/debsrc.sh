@@ -3,7 +3,7 @@
 # Debian release and for trixie (source packages only: nothing from them
 # is ever installed), then refresh the indexes. Used by
 # scripts/build-ruby-latest.sh (ruby3.3's source) and
-# scripts/ruby-fiber-suite.sh (ruby3.1's test/fiber). The mirror is the
+# scripts/fetch-ruby-fiber-suite.sh (ruby3.1's test/fiber). The mirror is the
 # one this machine's apt sources already use; none is written here.
 # Needs root, or sudo. Exits 1 with a message when it cannot.
 set -euo pipefail

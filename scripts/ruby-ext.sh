@@ -9,7 +9,7 @@
 #
 # Paths are relative to the repository root. Compiler errors go to stderr;
 # exits 1 when the build fails. Used by scripts/test.d/ruby.sh and
-# scripts/ruby_fiber_suite.sh.
+# scripts/test.d/ruby_fiber_suite.sh.
 set -u
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
@@ -31,7 +31,7 @@ if command -v flock >/dev/null; then
 fi
 ext=$PWD/ext/weft/extconf.rb
 # extconf again when it or the set of files changed (directory mtimes).
-for d in src src/arch include "$ext"; do
+for d in src/reactor include "$ext"; do
   [ "$bdir/obj/Makefile" -nt "$d" ] || rm -f "$bdir/obj/Makefile"
 done
 ( cd "$bdir/obj" && { [ -f Makefile ] || "$ruby" "$ext" >/dev/null; } && make -s V=0 >/dev/null ) || exit 1

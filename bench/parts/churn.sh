@@ -79,9 +79,7 @@ need=(wrk curl)
 has_section c2 && need+=(go)
 [[ "$sections" == *rb_* ]] && need+=(ruby)
 [ "$pin" = 1 ] && need+=(taskset)
-for c in "${need[@]}"; do
-  command -v "$c" >/dev/null || { echo "churn.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
-done
+bench_need churn.sh "${need[@]}"
 
 # ---- servers -------------------------------------------------------------
 if has_section c1 || has_section c2; then

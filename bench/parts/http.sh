@@ -46,17 +46,22 @@ G=http
 bin=$root/build/bench/peers
 tmp=$(mktemp -d /tmp/weft-bench-http.XXXXXX)
 pids=()
+cgs=() # the server-bound runs' cgroups (cg_setup below)
+cg_cleanup() { local d; for d in "${cgs[@]}"; do rmdir "$d" 2>/dev/null || true; done; cgs=(); }
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
+  cg_cleanup
 }
-trap 'cleanup; cg_cleanup' EXIT
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for c in wrk nginx go cc; do
-  command -v $c >/dev/null || { echo "http.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
-done
+# What the chosen servers need (the floors are built here with cc).
+need=(wrk curl cc)
+[[ " $servers " == *" nginx "* ]] && need+=(nginx)
+[[ " $servers " == *" go "* ]] && need+=(go)
+bench_need http.sh "${need[@]}"
 [ -x "$root/build/examples/http_server" ] || { echo "http.sh: build/examples/http_server missing (make)" >&2; exit 1; }
 
 # Peers: built here, optimised like the library (-O2).
@@ -64,7 +69,10 @@ mkdir -p "$bin"
 # The floors parse with the example server's parser (bench/peers/raw_http.h).
 rawcc=(cc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$root/contrib/http" "$root/contrib/http/http_parse.c")
 "${rawcc[@]}" "$root/bench/peers/raw_epoll.c" -o "$bin/raw_epoll" -lpthread
-cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/uv_http.c" -o "$bin/uv_http" -luv -lhttp_parser -lpthread
+if [[ " $servers " == *" libuv "* ]] &&
+   ! cc -std=gnu11 -O2 -g -Wall -Wextra -Werror "$root/bench/peers/uv_http.c" -o "$bin/uv_http" -luv -lhttp_parser -lpthread; then
+  echo "http.sh: the libuv server does not build (libuv1-dev, libhttp-parser-dev: scripts/deps.sh bench)" >&2; exit 1
+fi
 if [[ " $servers " == *" raw_uring "* ]]; then
   if ! { "${rawcc[@]}" "$root/bench/peers/raw_uring.c" -o "$bin/raw_uring" \
            -luring -lpthread && "$bin/raw_uring" --probe; }; then
@@ -72,8 +80,10 @@ if [[ " $servers " == *" raw_uring "* ]]; then
     servers=$(echo " $servers " | sed 's/ raw_uring / /')
   fi
 fi
-(cd "$root/bench/peers" && GOCACHE="$root/build/bench/gocache" GO111MODULE=off GOPATH="$tmp/gopath" \
-   go build -o "$bin/go_http" go_http.go)
+if [[ " $servers " == *" go "* ]]; then
+  (cd "$root/bench/peers" && GOCACHE="$root/build/bench/gocache" GO111MODULE=off GOPATH="$tmp/gopath" \
+     go build -o "$bin/go_http" go_http.go)
+fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Below the ephemeral range (32768+), so no client socket holds the port.
@@ -83,7 +93,7 @@ wait_port() { for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$1
 # ---- cgroups for the server-bound runs: one per server, the same CPU
 # quota for each (period 10 ms, so throttling is fine-grained).
 bound_cpu=${WEFT_HTTP_BOUND_CPU:-0.5}
-cg_kind="" cg_base="" cgs=()
+cg_kind="" cg_base=""
 cg_setup() {
   local period=10000 quota
   quota=$(awk -v c="$bound_cpu" 'BEGIN { printf "%d", c * 10000 }')
@@ -109,8 +119,6 @@ cg_setup() {
     fi
   done
 }
-cg_cleanup() { local d; for d in "${cgs[@]}"; do rmdir "$d" 2>/dev/null || true; done; cgs=(); }
-
 # Start server NAME's command in the background, inside its cgroup when
 # the run is server-bound ($bound_run); its pid lands in $! as usual.
 in_cg=""

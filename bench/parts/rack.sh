@@ -45,9 +45,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for c in ruby wrk curl puma thin; do
-  command -v $c >/dev/null || { echo "rack.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
-done
+bench_need rack.sh ruby wrk curl puma thin
 ruby -I lib -r weft -e 'Weft::HTTP' || { echo "rack.sh: the extension is not built (make ruby)" >&2; exit 1; }
 ruby -r async/http/server -e '' 2>/dev/null || { echo "rack.sh: ruby-async-http missing (scripts/deps.sh bench)" >&2; exit 1; }
 puma_v=$(puma --version | grep -o '[0-9][0-9.]*' | head -1)

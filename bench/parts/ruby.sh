@@ -44,9 +44,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for c in ruby wrk curl; do
-  command -v $c >/dev/null || { echo "ruby.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
-done
+bench_need ruby.sh ruby wrk curl
 ruby -I lib -r weft -e '' || { echo "ruby.sh: the extension is not built (make ruby)" >&2; exit 1; }
 ruby -r async -e '' 2>/dev/null || { echo "ruby.sh: ruby-async missing (scripts/deps.sh bench)" >&2; exit 1; }
 async_v=$(ruby -r async -e 'print Async::VERSION')

@@ -30,9 +30,7 @@ pids=() # the servers, stopped on any exit
 trap '[ ${#pids[@]} -eq 0 ] || { kill "${pids[@]}"; wait "${pids[@]}"; } 2>/dev/null; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
-for c in wrk nginx curl openssl cc; do
-  command -v $c >/dev/null || { echo "tls.sh: $c missing (scripts/deps.sh bench)" >&2; exit 1; }
-done
+bench_need tls.sh wrk nginx curl openssl cc
 for f in build/libweft_tls.a build/examples/http_server; do
   [ -e "$root/$f" ] || { echo "tls.sh: $f missing (make, with libssl-dev)" >&2; exit 1; }
 done

@@ -1,13 +1,15 @@
 # extconf.rb — builds weft's Ruby extension (weft/weft.so).
 #
-# weft's reactor layer (the sources listed below) is compiled into the
+# weft's reactor layer (every source in src/reactor/) is compiled into the
 # extension itself, so no system install of libweft is needed. Works from
 # the repository and from an unpacked gem (which ships src/ and include/
 # next to ext/).
 require "mkmf"
 
 root = File.expand_path("../..", __dir__)
-src = File.join(root, "src")
+# The reactor layer's folder, and only it: a file of the extension that
+# included a higher layer's header would not compile.
+src = File.join(root, "src", "reactor")
 inc = File.join(root, "include")
 abort "weft: core sources not found in #{src}" unless File.exist?(File.join(src, "reactor.c"))
 
@@ -26,15 +28,12 @@ unless have_header("liburing.h") && have_library("uring", "io_uring_queue_init")
   $CPPFLAGS << " -DWEFT_NO_URING"
 end
 
-# Only the reactor layer (src/reactor.h): the reactor, its timers and
-# backends, and the worker pool. The extension drives the reactor with Ruby
-# fibers; weft's own fibers, stacks, context switch and fiber-blocking I/O
-# are not part of it (scripts/test.d/layers.sh checks that nothing here
-# needs them).
-REACTOR_LAYER = %w[reactor.c timer.c backend_epoll.c backend_poll.c backend_uring.c workers.c fault.c].freeze
-core = REACTOR_LAYER.map { |f| File.join(src, f) }
-missing = core.reject { |f| File.exist?(f) }
-abort "weft: reactor sources missing: #{missing.join(", ")}" unless missing.empty?
+# Only the reactor layer (src/reactor/, see its README.md): the reactor,
+# its timers and backends, and the worker pool. The extension drives the
+# reactor with Ruby fibers; weft's own fibers, stacks, context switch and
+# fiber-blocking I/O are not part of it (scripts/test.d/layers.sh checks
+# that nothing here needs them).
+core = Dir[File.join(src, "*.c")].sort
 
 # Weft::HTTP (http.c, for Weft::Server) binds contrib/http's request-head
 # parser, compiled in from there.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fault.sh — the fault-injection tests (test/fault/, src/fault.h): the
+# fault.sh — the fault-injection tests (test/fault/, src/reactor/fault.h): the
 # library built with -DWEFT_FAULT under clang ASan+UBSan, each test run on
 # every backend by test/c/run.sh. A test makes each allocation and each
 # descriptor/mapping/thread creation its workloads reach fail once, and
@@ -21,7 +21,7 @@ for src in test/fault/t_*.c; do
   bin=$bdir/tests/$(basename "$src" .c)
   if ! clang -std=gnu11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -DWEFT_FAULT \
        -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
-       -Iinclude -Isrc "$src" -o "$bin" $bdir/libweft.a -lpthread -lm \
+       -Iinclude -Isrc/reactor "$src" -o "$bin" $bdir/libweft.a -lpthread -lm \
        $(grep -q '^HAVE_URING := 1' $bdir/config.mk && echo -luring) 2>/tmp/weft-fault-cc.$$; then
     cat /tmp/weft-fault-cc.$$; echo "[fault] build of $src FAILED"; [ -n "$tally" ] && echo "0 1" >> "$tally"; status=1
   fi

@@ -33,7 +33,7 @@ esac
 # shellcheck disable=SC2086
 if ! clang -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wshadow -D_GNU_SOURCE \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-     -Iinclude -Isrc -Itest/c fuzz/ops_fuzz.c src/*.c src/arch/ctx.c $ctx \
+     -Iinclude $(make -s print-INC_ALL) -Itest/c fuzz/ops_fuzz.c $(make -s print-LIB_SRC) $ctx \
      -o "$bin" -lpthread -lm $uring >"$tmp/build.log" 2>&1; then
   bad "ops_fuzz: build (clang with libclang-rt-14-dev needed)" "$tmp/build.log"
   finish

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# layers.sh — the layers point one way (docs/ARCHITECTURE.md, "Layers"):
+# layers.sh — the layers point one way (docs/ARCHITECTURE.md, "Layers";
+# a layer is a folder of src/, the Makefile's LAYERS their order):
+#   0. a file of the reactor layer cannot include a higher layer's header:
+#      a probe that includes the fiber layer's internal.h does not compile
+#      with the reactor layer's include path (make probe-layer), one that
+#      includes reactor.h does, and no reactor file names a header by a
+#      path that leaves its folder;
 #   1. the reactor layer links and runs on its own: build/tests/layer_reactor
 #      is linked with libweft_reactor.a alone, and runs on every backend;
 #   2. no object of the reactor layer refers to a symbol that only a higher
@@ -19,6 +25,32 @@ finish() {
   [ "$fail" -eq 0 ]; exit
 }
 
+# 0. Includes, at compile time.
+probe_dir=$(mktemp -d /tmp/weft-layers.XXXXXX)
+trap 'rm -rf "$probe_dir"' EXIT
+probe() { # HEADER -> compiles as a reactor file that includes HEADER?
+  printf '#include "%s"\nint weft__layer_probe(void);\nint weft__layer_probe(void) { return 0; }\n' "$1" \
+    > "$probe_dir/probe.c"
+  make -s --no-print-directory BUILD=build probe-layer LAYER=reactor PROBE="$probe_dir/probe.c" 2>&1
+}
+if out=$(probe reactor.h); then
+  ok "a reactor-layer file that includes reactor.h compiles"
+else
+  bad "a reactor-layer file that includes reactor.h does not compile" "$out"
+fi
+if out=$(probe internal.h); then
+  bad "a reactor-layer file can include the fiber layer's internal.h"
+elif echo "$out" | grep -q "internal.h"; then
+  ok "a reactor-layer file that includes the fiber layer's internal.h does not compile"
+else
+  bad "the internal.h probe failed for another reason" "$out"
+fi
+if out=$(grep -n '#[[:space:]]*include[[:space:]]*"[^"]*/' src/reactor/*.[ch]); then
+  bad "a reactor file includes a header by a path outside its folder" "$out"
+else
+  ok "no reactor file includes a header by a path outside its folder"
+fi
+
 if ! out=$(make -s BUILD=build build/tests/layer_reactor 2>&1); then
   bad "the reactor layer does not link on its own (make build/tests/layer_reactor)" "$out"
   finish
@@ -36,8 +68,8 @@ for b in "${backends[@]}"; do
 done
 
 # 2. Symbols: what the reactor objects need, against what they define.
-reactor_objs=$(make -s -p -n BUILD=build lib 2>/dev/null | sed -n 's/^REACTOR_OBJ := //p' | head -n 1)
-all_objs=$(ls build/obj/*.o build/obj/arch/*.o 2>/dev/null)
+reactor_objs=$(make -s --no-print-directory BUILD=build print-REACTOR_OBJ 2>/dev/null)
+all_objs=$(ls build/obj/*/*.o 2>/dev/null)
 if [ -z "$reactor_objs" ]; then
   bad "REACTOR_OBJ not found in the Makefile"
 else

@@ -4,7 +4,7 @@
  * on x86-64 too). With the assembly switch (ctx_x86_64.S, ctx_aarch64.S)
  * a new context is made inline (internal.h: weft__ctx_make).
  */
-#include "../internal.h"
+#include "internal.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -10,30 +10,30 @@
  * address on top of the target's stack. A new context (weft__ctx_make)
  * has the trampoline's address there.
  *
- * Why `ret` and not `jmp` to a saved address (which is ~4.5 ns faster when
- * the two sides switch from different call sites): the CPU predicts a
+ * Why `ret` and not `jmp` to a saved address (which is faster when the two
+ * sides switch from different call sites): the CPU predicts a
  * `ret` from its return stack buffer. Fibers switch from the same few call
  * sites in the scheduler (all yielding fibers from weft_yield), so this
  * `ret` is predicted, and the return stack stays balanced. A `jmp` leaves
  * one entry unconsumed per switch, so the resumed fiber's next `ret`
- * mispredicts: yield ping-pong 7.0 ns with `ret`, 13.7 ns with `jmp`.
+ * mispredicts, which costs a yield ping-pong about as much again as the
+ * switch itself (docs/PERFORMANCE.md).
  *
  * MXCSR and the x87 control word are callee-saved in the ABI and are
  * restored unconditionally: comparing first (to skip ldmxcsr/fldcw) has to
  * reload the value stmxcsr just stored, which costs more than the loads.
- * stmxcsr itself is the most expensive instruction here (~5 ns throughput
- * on AMD Zen), and the floor of any switch that keeps the ABI.
+ * stmxcsr itself is the most expensive instruction here, and the floor of
+ * any switch that keeps the ABI.
  */
 #ifdef __x86_64__
     .text
     .globl  weft__ctx_switch
     .hidden weft__ctx_switch
     .type   weft__ctx_switch, @function
-    /* On a cache line's start: the switch's 71 bytes then take the same
-     * two lines wherever the linker puts the object. At 16-byte
-     * alignment its placement moved with unrelated files (splitting the
-     * worker pool out, a69ac11, made bench/core_switch raw ~7% slower
-     * with the same instructions: git bisect, interleaved runs). */
+    /* On a cache line's start: the switch then takes the same two lines
+     * wherever the linker puts the object. At 16-byte alignment its
+     * placement moved with unrelated files, and the same instructions ran
+     * measurably slower (docs/PERFORMANCE.md). */
     .p2align 6
 weft__ctx_switch:
     movq    %rsp,  8(%rdi)

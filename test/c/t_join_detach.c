@@ -5,7 +5,7 @@
  * joining it, and the joiner gets the result. Found by fuzz/ops_fuzz.c
  * (issue 18): the detach (or the second join) took the finished slot and
  * freed it, and the first joiner, once resumed, read the freed slot's
- * result through a NULL pointer (src/sched.c, weft_join:
+ * result through a NULL pointer (src/fiber/sched.c, weft_join:
  * `*result = sl->result` after `sl = slot_lookup(...)` returned NULL).
  */
 #include "harness.h"

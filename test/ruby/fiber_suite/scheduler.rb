@@ -2,7 +2,7 @@
 
 # The adapter that runs Ruby's own test/fiber suite against Weft::Scheduler.
 #
-# scripts/ruby-fiber-suite.sh extracts the suite from Debian's Ruby source
+# scripts/fetch-ruby-fiber-suite.sh extracts the suite from Debian's Ruby source
 # package into build/ruby-fiber-suite/<version>/ (nothing of Ruby's is kept
 # in this repository), renames the suite's test/fiber/scheduler.rb to
 # scheduler.reference.rb and copies this file in its place, so both
@@ -28,7 +28,7 @@
 
 reference = File.expand_path("scheduler.reference.rb", __dir__)
 unless File.exist?(reference)
-  abort "fiber_suite adapter: #{reference} missing (run scripts/ruby-fiber-suite.sh)"
+  abort "fiber_suite adapter: #{reference} missing (run scripts/fetch-ruby-fiber-suite.sh)"
 end
 
 if ENV["WEFT_FIBER_SUITE_SCHEDULER"] == "reference"

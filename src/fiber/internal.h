@@ -1,16 +1,7 @@
 /*
- * internal.h — weft's internal contracts (not installed): the fiber
- * layer, on top of the reactor layer (reactor.h).
- *
- * Layers, bottom up (each uses only the ones below it):
- *   reactor  reactor.h: timers, waits, the descriptor table, backends,
- *            cross-thread posts, the worker pool (workers.h); knows
- *            nothing about stacks: a completed wait calls its wake function
- *   ctx      machine context switch (assembly in arch/, or ucontext)
- *   stack    mmap'd stacks with guard pages and a free cache
- *   sched    fibers on top of the reactor (wake = make the fiber runnable),
- *            sync primitives, futures, channels, scopes, the pool
- *   io       fiber-blocking system calls (io.h: io.c, wb.c, sock.c)
+ * internal.h — the fiber layer's contracts (not installed): the context
+ * switch, stacks, the scheduler and its fibers, on top of the reactor layer
+ * (reactor.h). The layers and what each may call: src/README.md.
  */
 #ifndef WEFT_INTERNAL_H
 #define WEFT_INTERNAL_H
@@ -249,7 +240,7 @@ typedef struct weft__slot {
 } weft__slot;
 
 struct weft_sched {
-    weft__reactor r;          /* first: wb.c's poll hook finds us from it  */
+    weft__reactor r;
     weft__fiber main;         /* the thread's own stack                    */
     weft__fiber *current;
     weft__fiber *rq_head, *rq_tail;
@@ -261,15 +252,12 @@ struct weft_sched {
     size_t live, handles;
     uint64_t switches, spawned;
     unsigned tick;
-    /* the fiber I/O layer (io.h); it sets io_fini when it first keeps
-     * state here, and weft_sched_destroy calls it (after the reactor's
-     * teardown): the scheduler knows nothing else of that layer */
+    /* the fiber I/O layer's state (weft__io, io.h), NULL until it first
+     * keeps some; that layer sets io_fini then, and weft_sched_destroy
+     * calls it (after the reactor's teardown): the scheduler knows nothing
+     * else of that layer */
+    struct weft__io *io;
     void (*io_fini)(weft_sched_t *s);
-    struct weft__iofd *iofd;
-    int niofd;
-    struct weft__wb *wb_all, *wb_free;  /* write-behind buffers (wb.c)   */
-    struct weft__wb **wb_fresh;         /* submitted, deadline not armed  */
-    uint32_t wb_fresh_n, wb_fresh_cap;
     pthread_t owner;
     bool running;
     bool forked;              /* this is a fork child's copy: see sched.c */
@@ -308,8 +296,6 @@ int weft__block(weft__wait *w);
 void weft__fiber_wake(weft__wait *w);
 /* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
 int weft__precheck(int64_t deadline);
-/* Timeout scopes (scope.c): bound @w's deadline by @scope (non-zero). */
-void weft__scope_clamp(weft__wait *w, int64_t scope);
 void weft__overflow_install(weft_sched_t *s);
 void weft__overflow_remove(weft_sched_t *s);
 

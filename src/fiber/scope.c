@@ -2,24 +2,16 @@
  * scope.c — timeout scopes.
  *
  * A fiber's scope deadline (weft__fiber.scope_deadline, 0 = none) is
- * applied in two places of the core: weft__precheck() fails every blocking
- * call once it has passed, and weft__block() calls weft__scope_clamp() so a
- * wait whose own deadline is later (or absent) wakes at the scope's
- * deadline with -ETIMEDOUT. Every blocking call goes through both, so
- * nothing here needs to know which call is blocking.
+ * applied in two places of the scheduler (sched.c): weft__precheck() fails
+ * every blocking call once it has passed, and weft__block() clamps the
+ * wait's deadline to it, so a wait whose own deadline is later (or absent)
+ * wakes at the scope's deadline with -ETIMEDOUT. Every blocking call goes
+ * through both, so nothing here needs to know which call is blocking; this
+ * file only keeps the fiber's scope deadline.
  */
 #include "internal.h"
 
 #include <errno.h>
-
-void weft__scope_clamp(weft__wait *w, int64_t scope)
-{
-    if (w->timer.idx != WEFT__TIMER_IDLE && w->timer.deadline <= scope)
-        return;
-    int rc = weft__wait_rearm_deadline(w, scope);
-    if (rc < 0)
-        weft__wait_complete(w, rc);
-}
 
 /* The scope value stored for a new scope with @deadline inside @outer. */
 static int64_t scope_combine(int64_t outer, int64_t deadline)

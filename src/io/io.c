@@ -28,49 +28,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* ---- the layer's own descriptor table ---------------------------------- */
-
-/* The scheduler's teardown: this layer's tables and buffers. */
-static void io_fini(weft_sched_t *s)
-{
-    weft__wb_fini(s);
-    weft__iofd_fini(s);
-}
-
-weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd)
-{
-    if (fd < s->niofd)
-        return &s->iofd[fd];
-    s->io_fini = io_fini;
-    int n = s->niofd ? s->niofd : 256;
-    while (n <= fd) {
-        if (n > INT32_MAX / 2)
-            return NULL;
-        n *= 2;
-    }
-    weft__iofd *t = realloc(s->iofd, (size_t)n * sizeof *t);
-    if (!t)
-        return NULL;
-    memset(t + s->niofd, 0, (size_t)(n - s->niofd) * sizeof *t);
-    s->iofd = t;
-    s->niofd = n;
-    return &s->iofd[fd];
-}
-
-void weft__io_fd_reset(weft_sched_t *s, int fd, int err)
-{
-    weft__reactor_fd_close(&s->r, fd, err);
-    if (fd < s->niofd) /* a write-behind in flight was cancelled above */
-        memset(&s->iofd[fd], 0, sizeof s->iofd[fd]);
-}
-
-void weft__iofd_fini(weft_sched_t *s)
-{
-    free(s->iofd);
-    s->iofd = NULL;
-    s->niofd = 0;
-}
-
 /* ---- shared steps ---------------------------------------------------------- */
 
 int weft__io_begin(int fd, int64_t deadline)
@@ -84,7 +41,7 @@ int weft__io_begin(int fd, int64_t deadline)
     /* Beyond the tables: make sure the descriptor exists before growing
      * them to its number (a bogus huge number is -EBADF, not a gigabyte
      * memset). */
-    if ((fd >= s->r.nfds || fd >= s->niofd) && fcntl(fd, F_GETFD) < 0)
+    if ((fd >= s->r.nfds || !weft__iofd_find(s, fd)) && fcntl(fd, F_GETFD) < 0)
         return -EBADF;
     if (!weft__fd(&s->r, fd) || !weft__iofd_get(s, fd))
         return -ENOMEM;
@@ -107,8 +64,8 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
 }
 
 /* A deadline of 0 is the explicit "try once": the system call does that
- * best. Any other deadline is not compared with the clock here (a read
- * per call, ~25-40 ns): one that has passed already makes the timer fire
+ * best. Any other deadline is not compared with the clock here (a clock
+ * read on every call): one that has passed already makes the timer fire
  * in the poll that submits the op, which cancels it unless it completed
  * inside that submission — the same single attempt. */
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
@@ -223,105 +180,185 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
     return n;
 }
 
-/* ---- reading and writing ------------------------------------------------ */
+/* ---- the retry tails shared by every read and write -------------------- */
 
-static int rw_op(int kind, bool write, int cnt)
+/* Run @d, a completion op on @fd, until it is done: again after -EINTR, and
+ * after a readiness wait for @ready on -EAGAIN (an older kernel that will
+ * not wait on O_NONBLOCK files). */
+static ssize_t op_until_done(const weft__opdesc *d, uint32_t ready, int64_t deadline)
 {
-    bool sock = kind == WEFT__FD_SOCKET;
-    if (cnt == 1)
-        return sock ? (write ? WEFT__OP_SEND : WEFT__OP_RECV)
-                    : (write ? WEFT__OP_WRITE : WEFT__OP_READ);
-    return sock ? (write ? WEFT__OP_SENDMSG : WEFT__OP_RECVMSG)
-                : (write ? WEFT__OP_WRITEV : WEFT__OP_READV);
+    for (;;) {
+        ssize_t n = weft__io_op(d, deadline, NULL);
+        if (n == -EINTR)
+            continue;
+        if (n != -EAGAIN)
+            return n;
+        int rc = weft__io_wait(d->fd, ready, deadline);
+        if (rc < 0)
+            return rc;
+    }
 }
 
-/* One loop for both directions: the op the backend prefers, else the
- * system call and a readiness wait on EAGAIN. */
-static ssize_t do_rw(int fd, const struct iovec *iov, int cnt, int flags,
-                     int64_t deadline, bool socket_only, bool write)
+/* After a system call on @fd that failed (errno set): 0 = call it again
+ * (interrupted, or @fd became ready for @ready), else why to give up: the
+ * call's error, or why the readiness wait ended. @last_try: the deadline
+ * has passed already, so "would block" ends the call. */
+static int retry_after(int fd, uint32_t ready, int64_t deadline, bool last_try)
 {
-    int rc = weft__io_begin(fd, deadline);
-    if (rc < 0)
+    int rc;
+    if (errno == EINTR)
+        return 0;
+    if ((rc = failed()) < 0)
         return rc;
-    const uint32_t ready = write ? WEFT_WRITABLE : WEFT_READABLE;
-    weft_sched_t *s = weft__sched_tls();
-    weft__iofd *io = &s->iofd[fd];
-    if (write && WEFT_UNLIKELY(io->wb_on || io->wb || io->wb_err)) {
-        ssize_t n = weft__wb_write(s, fd, iov, cnt, flags, deadline);
-        if (n != WEFT__WB_PASS)
-            return n;
-        io = &s->iofd[fd];
-    }
-    int kind = weft__io_kind(fd);
+    if (last_try)
+        return weft__expired(deadline);
+    return weft__io_wait(fd, ready, deadline);
+}
+
+/* The op for @cnt buffers on a descriptor of @kind. */
+static int read_op(int kind, int cnt)
+{
+    if (kind == WEFT__FD_SOCKET)
+        return cnt == 1 ? WEFT__OP_RECV : WEFT__OP_RECVMSG;
+    return cnt == 1 ? WEFT__OP_READ : WEFT__OP_READV;
+}
+
+static int write_op(int kind, int cnt)
+{
+    if (kind == WEFT__FD_SOCKET)
+        return cnt == 1 ? WEFT__OP_SEND : WEFT__OP_SENDMSG;
+    return cnt == 1 ? WEFT__OP_WRITE : WEFT__OP_WRITEV;
+}
+
+/* The checks of weft__io_begin, then the kind of @fd (-ENOTSOCK if
+ * @socket_only and it is not a socket), and in *@op the op (@op_for:
+ * read_op or write_op) for @cnt buffers on it. */
+static int rw_begin(int fd, int64_t deadline, bool socket_only, int cnt,
+                    int (*op_for)(int, int), int *op)
+{
+    int kind = weft__io_begin(fd, deadline);
     if (kind < 0)
         return kind;
-    if (socket_only && kind != WEFT__FD_SOCKET)
+    kind = weft__io_kind(fd);
+    if (kind >= 0 && socket_only && kind != WEFT__FD_SOCKET)
         return -ENOTSOCK;
-    const bool sock = kind == WEFT__FD_SOCKET;
-    const int op = rw_op(kind, write, cnt);
-    if (weft__io_use_op(kind, op, deadline)) {
-        weft__opdesc d = {.op = op, .fd = fd, .flags = flags, .off = -1,
-                          .iov = iov, .iovcnt = cnt};
-        if (cnt == 1) {
-            d.buf = iov[0].iov_base;
-            d.len = iov[0].iov_len;
-        }
-        for (;;) {
-            ssize_t n = weft__io_op(&d, deadline, NULL);
-            if (n == -EINTR)
-                continue;
-            if (n != -EAGAIN)
-                return n;
-            /* An older kernel that will not wait on O_NONBLOCK files. */
-            if ((rc = weft__io_wait(fd, ready, deadline)) < 0)
-                return rc;
-        }
+    if (kind >= 0)
+        *op = op_for(kind, cnt);
+    return kind;
+}
+
+/* Run @op on @cnt buffers as a completion op (see op_until_done). */
+static ssize_t rw_by_op(int op, int fd, const struct iovec *iov, int cnt,
+                        int flags, uint32_t ready, int64_t deadline)
+{
+    weft__opdesc d = {.op = op, .fd = fd, .flags = flags, .off = -1,
+                      .iov = iov, .iovcnt = cnt};
+    if (cnt == 1) {
+        d.buf = iov[0].iov_base;
+        d.len = iov[0].iov_len;
     }
+    return op_until_done(&d, ready, deadline);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* One buffer: recv, which spares the kernel copying in a msghdr and
+ * importing an iovec. */
+static ssize_t sock_recv(int fd, const struct iovec *iov, int cnt, int flags)
+{
+    if (cnt == 1)
+        return recv(fd, iov[0].iov_base, iov[0].iov_len, flags | MSG_DONTWAIT);
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    return recvmsg(fd, &m, flags | MSG_DONTWAIT);
+}
+
+/* A socket read by system call. On a readiness backend, also a readable
+ * edge cleared before it and what it says of the receive queue noted after
+ * it (see read_waits_first). */
+static ssize_t sock_read(weft_sched_t *s, int fd, const struct iovec *iov,
+                         int cnt, int flags, int64_t deadline)
+{
     const bool readiness = !weft__reactor_has_ops(&s->r);
     bool last_try = false;
-    if (readiness && !write && sock &&
-        read_waits_first(&s->r.fds[fd], io, flags)) {
-        rc = weft__io_wait(fd, ready, deadline);
+    int rc;
+    if (readiness && read_waits_first(&s->r.fds[fd], weft__iofd_at(s, fd), flags)) {
+        rc = weft__io_wait(fd, WEFT_READABLE, deadline);
         if (rc == -ETIMEDOUT || rc == -EAGAIN)
             last_try = true;
         else if (rc < 0)
             return rc;
     }
     for (;;) {
-        ssize_t n;
-        if (sock) {
-            if (!write)
-                s->r.fds[fd].rd_edge = 0;
-            /* One buffer: send/recv, which spare the kernel copying in a
-             * msghdr and importing an iovec (~0.15 us a call here). */
-            if (cnt == 1) {
-                n = write ? send(fd, iov[0].iov_base, iov[0].iov_len,
-                                 flags | MSG_DONTWAIT | MSG_NOSIGNAL)
-                          : recv(fd, iov[0].iov_base, iov[0].iov_len, flags | MSG_DONTWAIT);
-            } else {
-                struct msghdr m = {.msg_iov = (struct iovec *)iov,
-                                   .msg_iovlen = (size_t)cnt};
-                n = write ? sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL)
-                          : recvmsg(fd, &m, flags | MSG_DONTWAIT);
-            }
-            if (readiness && !write && (n >= 0 || errno != EINTR))
-                note_read(&s->iofd[fd], fd, n, iov_total(iov, cnt), flags);
-        } else if (!write) {
-            n = readv(fd, iov, cnt);
-        } else if (kind == WEFT__FD_FILE) {
-            n = writev(fd, iov, cnt);
-        } else {
-            n = writev_nosigpipe(fd, iov, cnt);
-        }
+        s->r.fds[fd].rd_edge = 0;
+        ssize_t n = sock_recv(fd, iov, cnt, flags);
+        if (readiness && (n >= 0 || errno != EINTR))
+            note_read(weft__iofd_at(s, fd), fd, n, iov_total(iov, cnt), flags);
         if (n >= 0)
             return n;
-        if (errno == EINTR)
-            continue;
-        if ((rc = failed()) < 0)
+        if ((rc = retry_after(fd, WEFT_READABLE, deadline, last_try)) < 0)
             return rc;
-        if (last_try)
-            return weft__expired(deadline);
-        if ((rc = weft__io_wait(fd, ready, deadline)) < 0)
+    }
+}
+
+/* Every read: the op the backend prefers, else the system call and a
+ * readiness wait when it would block. */
+static ssize_t do_read(int fd, const struct iovec *iov, int cnt, int flags,
+                       int64_t deadline, bool socket_only)
+{
+    int op, kind = rw_begin(fd, deadline, socket_only, cnt, read_op, &op);
+    if (kind < 0)
+        return kind;
+    if (weft__io_use_op(kind, op, deadline))
+        return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
+    if (kind == WEFT__FD_SOCKET)
+        return sock_read(weft__sched_tls(), fd, iov, cnt, flags, deadline);
+    for (;;) {
+        ssize_t n = readv(fd, iov, cnt);
+        if (n >= 0)
+            return n;
+        int rc = retry_after(fd, WEFT_READABLE, deadline, false);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+static ssize_t sock_send(int fd, const struct iovec *iov, int cnt, int flags)
+{
+    if (cnt == 1)
+        return send(fd, iov[0].iov_base, iov[0].iov_len,
+                    flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    return sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Every write: write-behind first where it is on (or bytes are still
+ * behind), then the op the backend prefers, else the system call and a
+ * readiness wait when it would block. */
+static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
+                        int64_t deadline, bool socket_only)
+{
+    int op, kind = rw_begin(fd, deadline, socket_only, cnt, write_op, &op);
+    if (kind < 0)
+        return kind;
+    weft_sched_t *s = weft__sched_tls();
+    const weft__iofd *io = weft__iofd_at(s, fd);
+    if (WEFT_UNLIKELY(io->wb_on || io->wb || io->wb_err)) {
+        ssize_t n = weft__wb_write(s->io, fd, iov, cnt, flags, deadline);
+        if (n != WEFT__WB_PASS)
+            return n;
+    }
+    if (weft__io_use_op(kind, op, deadline))
+        return rw_by_op(op, fd, iov, cnt, flags, WEFT_WRITABLE, deadline);
+    for (;;) {
+        ssize_t n = kind == WEFT__FD_SOCKET ? sock_send(fd, iov, cnt, flags)
+                  : kind == WEFT__FD_FILE   ? writev(fd, iov, cnt)
+                                            : writev_nosigpipe(fd, iov, cnt);
+        if (n >= 0)
+            return n;
+        int rc = retry_after(fd, WEFT_WRITABLE, deadline, false);
+        if (rc < 0)
             return rc;
     }
 }
@@ -335,14 +372,14 @@ ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline)
         return rc < 0 ? rc : 0;
     }
     struct iovec iov = {buf, len};
-    return do_rw(fd, &iov, 1, 0, deadline, false, false);
+    return do_read(fd, &iov, 1, 0, deadline, false);
 }
 
 ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt, int64_t deadline)
 {
     if (iovcnt < 0 || iovcnt > IOV_MAX || (!iov && iovcnt))
         return -EINVAL;
-    return do_rw(fd, iov, iovcnt, 0, deadline, false, false);
+    return do_read(fd, iov, iovcnt, 0, deadline, false);
 }
 
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline)
@@ -350,7 +387,7 @@ ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline)
     if (!buf && len)
         return -EINVAL;
     struct iovec iov = {buf, len};
-    return do_rw(fd, &iov, 1, flags, deadline, true, false);
+    return do_read(fd, &iov, 1, flags, deadline, true);
 }
 
 int weft_read_full(int fd, void *buf, size_t len, size_t *got, int64_t deadline)
@@ -382,14 +419,14 @@ ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline)
         return rc < 0 ? rc : 0;
     }
     struct iovec iov = {(void *)buf, len};
-    return do_rw(fd, &iov, 1, 0, deadline, false, true);
+    return do_write(fd, &iov, 1, 0, deadline, false);
 }
 
 ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt, int64_t deadline)
 {
     if (iovcnt < 0 || iovcnt > IOV_MAX || (!iov && iovcnt))
         return -EINVAL;
-    return do_rw(fd, iov, iovcnt, 0, deadline, false, true);
+    return do_write(fd, iov, iovcnt, 0, deadline, false);
 }
 
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags,
@@ -398,7 +435,7 @@ ssize_t weft_send(int fd, const void *buf, size_t len, int flags,
     if (!buf && len)
         return -EINVAL;
     struct iovec iov = {(void *)buf, len};
-    return do_rw(fd, &iov, 1, flags, deadline, true, true);
+    return do_write(fd, &iov, 1, flags, deadline, true);
 }
 
 int weft_write_all(int fd, const void *buf, size_t len, size_t *written,
@@ -419,6 +456,12 @@ int weft_write_all(int fd, const void *buf, size_t len, size_t *written,
     if (written)
         *written = done;
     return rc;
+}
+
+int weft_flush(int fd, int64_t deadline)
+{
+    int rc = weft__io_begin(fd, deadline);
+    return rc < 0 ? rc : weft__wb_drain(fd, deadline);
 }
 
 /* ---- readiness ---------------------------------------------------------- */
@@ -474,19 +517,19 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
         stream = 0;
     for (;;) {
         int c;
-        if (ring && s->iofd[fd].acc_empty) {
+        if (ring && weft__iofd_at(s, fd)->acc_empty) {
             weft__opdesc d = {.op = WEFT__OP_ACCEPT, .fd = fd, .addr = addr,
                               .addrlen = addrlen, .poll_first = true};
             uint8_t hint = WEFT__HINT_NONE;
             c = (int)weft__io_op(&d, deadline, &hint);
             if (c >= 0)
-                s->iofd[fd].acc_empty = hint == WEFT__HINT_EMPTY;
+                weft__iofd_at(s, fd)->acc_empty = hint == WEFT__HINT_EMPTY;
             else
                 errno = -c;
         } else {
             c = accept4(fd, addr, addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (ring && c < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                s->iofd[fd].acc_empty = 1;
+                weft__iofd_at(s, fd)->acc_empty = 1;
                 continue; /* wait in the ring */
             }
         }
@@ -585,23 +628,13 @@ static ssize_t positioned(int fd, void *buf, size_t len, off_t off,
     if (kind == WEFT__FD_FILE && weft__io_use_op(kind, op, deadline)) {
         /* Truly asynchronous file I/O: the fiber waits, the loop runs. */
         weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = off};
-        for (;;) {
-            ssize_t n = weft__io_op(&d, deadline, NULL);
-            if (n != -EINTR && n != -EAGAIN)
-                return n;
-            if (n == -EAGAIN && (rc = weft__io_wait(fd, ready, deadline)) < 0)
-                return rc;
-        }
+        return op_until_done(&d, ready, deadline);
     }
     for (;;) {
         ssize_t n = write ? pwrite(fd, buf, len, off) : pread(fd, buf, len, off);
         if (n >= 0)
             return n;
-        if (errno == EINTR)
-            continue;
-        if ((rc = failed()) < 0)
-            return rc;
-        if ((rc = weft__io_wait(fd, ready, deadline)) < 0)
+        if ((rc = retry_after(fd, ready, deadline, false)) < 0)
             return rc;
     }
 }

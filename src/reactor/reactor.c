@@ -37,23 +37,31 @@ int64_t weft_deadline_in(int64_t ns)
 
 /* ---- descriptor table ------------------------------------------------ */
 
+void *weft__fdtab_grow(void *tab, int *n, int fd, size_t size)
+{
+    int old = *n, m = old ? old : 256;
+    if (fd < old)
+        return tab;
+    while (m <= fd) {
+        if (m > INT32_MAX / 2)
+            return NULL;
+        m *= 2;
+    }
+    char *t = realloc(tab, (size_t)m * size);
+    if (!t)
+        return NULL;
+    memset(t + (size_t)old * size, 0, (size_t)(m - old) * size);
+    *n = m;
+    return t;
+}
+
 weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
 {
-    if (fd < r->nfds)
-        return &r->fds[fd];
-    int n = r->nfds ? r->nfds : 256;
-    while (n <= fd) {
-        if (n > INT32_MAX / 2)
-            return NULL;
-        n *= 2;
-    }
-    weft__fdstate *nf = realloc(r->fds, (size_t)n * sizeof *nf);
-    if (!nf)
+    weft__fdstate *t = weft__fdtab_grow(r->fds, &r->nfds, fd, sizeof *t);
+    if (!t)
         return NULL;
-    memset(nf + r->nfds, 0, (size_t)(n - r->nfds) * sizeof *nf);
-    r->fds = nf;
-    r->nfds = n;
-    return &r->fds[fd];
+    r->fds = t;
+    return &t[fd];
 }
 
 static void fd_unlink(weft__reactor *r, weft__wait *w)
@@ -287,13 +295,11 @@ void weft__reactor_fd_close(weft__reactor *r, int fd, int err)
         weft__wait_complete(w, err);
     if (r->ops->fd_forget)
         r->ops->fd_forget(r, fd);
-    weft__fdstate *st = &r->fds[fd];
-    st->gen++;
-    st->kind = WEFT__FD_UNKNOWN;
-    st->nonblock = 0;
-    st->always_ready = 0;
-    st->rd_edge = 0;
-    st->rd_hup = 0;
+    /* Nothing linked any more: all zeros but the generation, which tells
+     * events and ops of the old life from the new one's. */
+    uint32_t gen = r->fds[fd].gen + 1;
+    weft__fdtab_clear(r->fds, r->nfds, fd, sizeof r->fds[fd]);
+    r->fds[fd].gen = gen;
 }
 
 void weft__reactor_fd_new(weft__reactor *r, int fd)
@@ -476,7 +482,7 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         timeout = d < 0 ? 0 : d;
     }
     if (WEFT_UNLIKELY(r->hook_pending != 0) && timeout != 0) {
-        int64_t d = r->hook->deadline(r);
+        int64_t d = r->hook->deadline(r->hook_arg);
         if (d != WEFT_FOREVER) {
             d -= weft_now();
             if (timeout < 0 || d < timeout)
@@ -484,15 +490,15 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         }
     }
     /* A poll that must not block can only complete waits and run posts:
-     * skip the system call (~0.2-1 us, made every WEFT__POLL_TICKS
-     * switches) while nothing waits and no post is pending. This makes a
-     * yield between busy fibers 13.0 -> 9.0 ns (bench/core_switch). */
+     * skip the system call (made every WEFT__POLL_TICKS switches, it
+     * would dominate a yield between busy fibers) while nothing waits and
+     * no post is pending (docs/PERFORMANCE.md). */
     int rc = 0;
     if (may_block || r->nwaits ||
         atomic_load_explicit(&r->wake_pending, memory_order_relaxed))
         rc = r->ops->poll(r, timeout);
     if (WEFT_UNLIKELY(r->hook_pending != 0))
-        r->hook->after(r);
+        r->hook->after(r->hook_arg);
     if (weft__heap_count(&r->timers)) {
         int64_t now = weft_now();
         while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {

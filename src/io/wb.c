@@ -32,8 +32,9 @@
 typedef struct weft__wb {
     weft__wait w;              /* the SEND (or POLL) in flight             */
     weft_waitq_t waiters;      /* fibers waiting for the buffer to empty   */
+    weft__io *io;              /* the I/O state it belongs to              */
     struct weft__wb *next;     /* free list                                */
-    struct weft__wb *all_next; /* every buffer of the reactor              */
+    struct weft__wb *all_next; /* every buffer of that state               */
     int64_t deadline;
     int fd;
     int why;                   /* why w ended early                        */
@@ -45,47 +46,42 @@ typedef struct weft__wb {
 } weft__wb;
 
 
-
-/* The scheduler a reactor belongs to (its first member). */
-static weft_sched_t *sched_of(weft__reactor *r)
+static weft__wb *wb_get(weft__io *io)
 {
-    return (weft_sched_t *)(void *)r;
-}
-
-static weft__wb *wb_get(weft_sched_t *s)
-{
-    weft__wb *wb = s->wb_free;
+    weft__wb *wb = io->wb_free;
     if (wb) {
-        s->wb_free = wb->next;
+        io->wb_free = wb->next;
         return wb;
     }
     wb = malloc(sizeof *wb);
     if (wb) {
-        wb->all_next = s->wb_all;
-        s->wb_all = wb;
+        io->wb_fini = weft__wb_fini;
+        wb->io = io;
+        wb->all_next = io->wb_all;
+        io->wb_all = wb;
     }
     return wb;
 }
 
-static void wb_put(weft_sched_t *s, weft__wb *wb)
+static void wb_put(weft__wb *wb)
 {
-    wb->next = s->wb_free;
-    s->wb_free = wb;
+    wb->next = wb->io->wb_free;
+    wb->io->wb_free = wb;
 }
 
-void weft__wb_fini(weft_sched_t *s)
+void weft__wb_fini(weft__io *io)
 {
-    free(s->wb_fresh);
-    s->wb_fresh = NULL;
-    s->wb_fresh_n = s->wb_fresh_cap = 0;
-    s->r.hook_pending = 0;
-    weft__wb *wb = s->wb_all;
+    free(io->wb_fresh);
+    io->wb_fresh = NULL;
+    io->wb_fresh_n = io->wb_fresh_cap = 0;
+    io->s->r.hook_pending = 0;
+    weft__wb *wb = io->wb_all;
     while (wb) {
         weft__wb *next = wb->all_next;
         free(wb);
         wb = next;
     }
-    s->wb_all = s->wb_free = NULL;
+    io->wb_all = io->wb_free = NULL;
 }
 
 static void wb_nop(weft__wait *w)
@@ -103,35 +99,36 @@ static void wb_wake(weft__wait *w);
  * and armed after the poll only for those still in flight. The poll does
  * not sleep past the earliest noted deadline.
  */
-static int64_t wb_fresh_min(weft__reactor *r);
-static void wb_arm_fresh(weft__reactor *r);
+static int64_t wb_fresh_min(void *arg);
+static void wb_arm_fresh(void *arg);
 
 static const weft__poll_hook wb_hook = {wb_fresh_min, wb_arm_fresh};
 
 static int wb_note_fresh(weft__reactor *r, weft__wb *wb)
 {
-    weft_sched_t *s = sched_of(r);
-    if (s->wb_fresh_n == s->wb_fresh_cap) {
-        uint32_t ncap = s->wb_fresh_cap ? s->wb_fresh_cap * 2 : 64;
-        weft__wb **n = realloc(s->wb_fresh, ncap * sizeof *n);
+    weft__io *io = wb->io;
+    if (io->wb_fresh_n == io->wb_fresh_cap) {
+        uint32_t ncap = io->wb_fresh_cap ? io->wb_fresh_cap * 2 : 64;
+        weft__wb **n = realloc(io->wb_fresh, ncap * sizeof *n);
         if (!n)
             return weft__wait_arm_later(&wb->w, wb->deadline);
-        s->wb_fresh = n;
-        s->wb_fresh_cap = ncap;
+        io->wb_fresh = n;
+        io->wb_fresh_cap = ncap;
     }
-    s->wb_fresh[s->wb_fresh_n++] = wb;
+    io->wb_fresh[io->wb_fresh_n++] = wb;
     r->hook = &wb_hook;
-    r->hook_pending = s->wb_fresh_n;
+    r->hook_arg = io;
+    r->hook_pending = io->wb_fresh_n;
     return 0;
 }
 
 /* The poll hook: the earliest deadline of the fresh sends. */
-static int64_t wb_fresh_min(weft__reactor *r)
+static int64_t wb_fresh_min(void *arg)
 {
-    weft_sched_t *s = sched_of(r);
+    const weft__io *io = arg;
     int64_t m = WEFT_FOREVER;
-    for (uint32_t i = 0; i < s->wb_fresh_n; i++) {
-        const weft__wb *wb = s->wb_fresh[i];
+    for (uint32_t i = 0; i < io->wb_fresh_n; i++) {
+        const weft__wb *wb = io->wb_fresh[i];
         if (wb->w.active && wb->deadline != WEFT_FOREVER &&
             (m == WEFT_FOREVER || wb->deadline < m))
             m = wb->deadline;
@@ -141,17 +138,17 @@ static int64_t wb_fresh_min(weft__reactor *r)
 
 /* The poll hook, after the poll: a timer for each fresh send still in
  * flight. */
-static void wb_arm_fresh(weft__reactor *r)
+static void wb_arm_fresh(void *arg)
 {
-    weft_sched_t *s = sched_of(r);
+    weft__io *io = arg;
     /* No fiber ran since these were noted, so none was reused: a buffer
      * whose send completed is inactive (or active again for its next
      * send, which needs the deadline too). */
-    uint32_t n = s->wb_fresh_n;
-    s->wb_fresh_n = 0;
-    r->hook_pending = 0;
+    uint32_t n = io->wb_fresh_n;
+    io->wb_fresh_n = 0;
+    io->s->r.hook_pending = 0;
     for (uint32_t i = 0; i < n; i++) {
-        weft__wb *wb = s->wb_fresh[i];
+        weft__wb *wb = io->wb_fresh[i];
         if (wb->w.active && wb->w.timer.idx == WEFT__TIMER_IDLE &&
             weft__wait_arm_later(&wb->w, wb->deadline) < 0)
             weft__wait_complete(&wb->w, -ENOMEM);
@@ -188,16 +185,16 @@ static int wb_submit(weft__reactor *r, weft__wb *wb, bool poll)
 
 /* The descriptor's state if @wb is still its buffer; closing or
  * forgetting the descriptor detaches the buffer. */
-static weft__iofd *wb_owner(weft__reactor *r, const weft__wb *wb)
+static weft__iofd *wb_owner(const weft__wb *wb)
 {
-    weft_sched_t *s = sched_of(r);
-    return wb->fd < s->niofd && s->iofd[wb->fd].wb == wb ? &s->iofd[wb->fd] : NULL;
+    const weft__io *io = wb->io;
+    return wb->fd < io->nfds && io->fds[wb->fd].wb == wb ? &io->fds[wb->fd] : NULL;
 }
 
 /* The send of [off, len) ended with @res (bytes sent or -errno). */
 static void wb_settle(weft__reactor *r, weft__wb *wb, int res)
 {
-    weft__iofd *st = wb_owner(r, wb);
+    weft__iofd *st = wb_owner(wb);
     if (res > 0) {
         wb->off += (size_t)res;
         res = 0;
@@ -216,7 +213,7 @@ static void wb_settle(weft__reactor *r, weft__wb *wb, int res)
         st->wb = NULL;
     }
     wq_wake_all(&wb->waiters, 0);
-    wb_put(sched_of(r), wb);
+    wb_put(wb);
 }
 
 /* The kernel's answer to a send whose wait had ended early. */
@@ -251,7 +248,7 @@ static void wb_wake(weft__wait *w)
          * send again. After -EAGAIN (the socket is full): poll. */
         bool poll = !wb->polling;
         if (res >= 0 || res == -EAGAIN) {
-            res = wb_owner(r, wb) ? wb_submit(r, wb, poll) : -EBADF;
+            res = wb_owner(wb) ? wb_submit(r, wb, poll) : -EBADF;
             if (res == 0)
                 return;
         }
@@ -270,22 +267,23 @@ static void wb_copy(weft__wb *wb, const struct iovec *iov, int cnt)
 int weft__wb_drain(int fd, int64_t deadline)
 {
     weft_sched_t *s = weft__sched_tls();
-    while (fd < s->niofd && s->iofd[fd].wb) {
+    weft__iofd *st;
+    while ((st = weft__iofd_find(s, fd)) && st->wb) {
         weft__wq_node n;
-        int rc = wq_block(&s->iofd[fd].wb->waiters, &n, deadline);
+        int rc = wq_block(&st->wb->waiters, &n, deadline);
         if (rc < 0)
             return rc;
     }
-    return fd < s->niofd ? s->iofd[fd].wb_err : 0;
+    return st ? st->wb_err : 0;
 }
 
 /* A write on a descriptor with write-behind on, or bytes still behind:
  * its length, an error, or WEFT__WB_PASS (go on the usual way). */
-ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt,
+ssize_t weft__wb_write(weft__io *io, int fd, const struct iovec *iov, int cnt,
                        int flags, int64_t deadline)
 {
-    weft__reactor *r = &s->r;
-    weft__iofd *st = &s->iofd[fd];
+    weft__reactor *r = &io->s->r;
+    weft__iofd *st = &io->fds[fd];
     if (st->wb_err)
         return st->wb_err;
     size_t total = 0;
@@ -312,10 +310,10 @@ ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt
         int rc = weft__wb_drain(fd, deadline);
         if (rc < 0)
             return rc;
-        st = &s->iofd[fd];
+        st = &io->fds[fd];
     }
     if (!small || !weft__io_use_op(WEFT__FD_SOCKET, WEFT__OP_SEND, deadline) ||
-        !(wb = wb_get(s)))
+        !(wb = wb_get(io)))
         return WEFT__WB_PASS;
     wb->waiters = (weft_waitq_t)WEFT_WAITQ_INIT;
     wb->fd = fd;
@@ -326,48 +324,17 @@ ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt
     st->wb = wb;
     if (wb_submit(r, wb, false) < 0) {
         st->wb = NULL;
-        wb_put(s, wb);
+        wb_put(wb);
         return WEFT__WB_PASS;
     }
     return (ssize_t)total;
 }
 
-int weft_write_behind(int fd, int on)
-{
-    weft_sched_t *s = weft__sched_tls();
-    if (fd < 0)
-        return -EBADF;
-    if (on != 0 && on != 1)
-        return -EINVAL;
-    if (!s)
-        return -EPERM;
-    /* Known for the sockets weft made or accepted, else asked once. */
-    int stream = weft__io_stream(s, fd);
-    if (stream < 0)
-        return stream;
-    if (stream != 1)
-        return -EINVAL;
-    weft__fdstate *fs = weft__fd(&s->r, fd);
-    weft__iofd *st = weft__iofd_get(s, fd);
-    if (!fs || !st)
-        return -ENOMEM;
-    fs->kind = WEFT__FD_SOCKET;
-    /* Readiness backends send with a system call that returns as soon as
-     * the kernel has the bytes: nothing to gain. */
-    st->wb_on = on && weft__reactor_use_op(&s->r, WEFT__FD_SOCKET, WEFT__OP_SEND);
-    return 0;
-}
-
-int weft_flush(int fd, int64_t deadline)
-{
-    int rc = weft__io_begin(fd, deadline);
-    return rc < 0 ? rc : weft__wb_drain(fd, deadline);
-}
-
 void weft__wb_settle_before(int fd)
 {
     weft_sched_t *s = weft__sched_tls();
-    if (s && fd < s->niofd && s->iofd[fd].wb && !s->current->is_main &&
+    const weft__iofd *st = s ? weft__iofd_find(s, fd) : NULL;
+    if (st && st->wb && !s->current->is_main &&
         !s->current->cancelled)
         (void)weft__wb_drain(fd, WEFT_FOREVER);
 }

@@ -1,13 +1,16 @@
 /*
  * io.h — the fiber I/O layer's internals, shared by io.c (fiber-blocking
- * system calls), wb.c (write-behind) and sock.c (descriptor and socket
- * helpers). Not installed.
+ * system calls), wb.c (write-behind) and sock.c (the layer's state of
+ * each descriptor; making and closing them). Not installed. Calls go one
+ * way inside the layer: io.c uses sock.c and wb.c, sock.c uses wb.c, and
+ * wb.c only this header (its teardown is a hook in weft__io).
  *
  * This layer sits on the scheduler (it blocks C fibers) and uses the
- * reactor below it; the reactor knows nothing of it. Its own state per
- * descriptor is a table of its own (weft__iofd), reset whenever this layer
- * resets the reactor's state of the descriptor (close, forget, a fresh
- * descriptor).
+ * reactor below it; the reactor knows nothing of it. Its state lives in a
+ * weft__io of its own that the scheduler only points to; per descriptor it
+ * is a table (weft__iofd, a weft__fdtab_grow table) whose entry is
+ * cleared whenever this layer resets the reactor's state of the
+ * descriptor (weft__io_fd_reset: close, forget, a fresh descriptor).
  */
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
@@ -36,13 +39,46 @@ typedef struct weft__iofd {
     uint8_t acc_empty;
 } weft__iofd;
 
+/* The layer's state in one scheduler (weft_sched.io): made when it first
+ * keeps something, freed by the scheduler's teardown. */
+typedef struct weft__io {
+    weft_sched_t *s;                    /* the scheduler it belongs to     */
+    weft__iofd *fds;                    /* per descriptor                  */
+    int nfds;                           /* entries allocated               */
+    struct weft__wb *wb_all, *wb_free;  /* write-behind buffers (wb.c)     */
+    struct weft__wb **wb_fresh;         /* submitted, deadline not armed   */
+    uint32_t wb_fresh_n, wb_fresh_cap;
+    void (*wb_fini)(struct weft__io *io); /* set by wb.c with its first
+                                             buffer; called at teardown  */
+} weft__io;
+
+/* Make @s's I/O state (sock.c), on first use; NULL = ENOMEM. */
+weft__io *weft__io_make(weft_sched_t *s);
 /* The I/O state of @fd (>= 0), growing the table to it; NULL = ENOMEM. */
-weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd);
+static inline weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd)
+{
+    weft__io *io = s->io ? s->io : weft__io_make(s);
+    if (!io)
+        return NULL;
+    weft__iofd *t = weft__fdtab_grow(io->fds, &io->nfds, fd, sizeof *t);
+    if (!t)
+        return NULL;
+    io->fds = t;
+    return &t[fd];
+}
 static inline weft__iofd *weft__iofd_get(weft_sched_t *s, int fd)
 {
-    if (WEFT_LIKELY(fd < s->niofd))
-        return &s->iofd[fd];
+    weft__io *io = s->io;
+    if (WEFT_LIKELY(io != NULL && fd < io->nfds))
+        return &io->fds[fd];
     return weft__iofd_grow(s, fd);
+}
+/* The I/O state of @fd if the table reaches it (else nothing is kept for
+ * it: NULL), without growing it. */
+static inline weft__iofd *weft__iofd_find(const weft_sched_t *s, int fd)
+{
+    weft__io *io = s->io;
+    return io != NULL && fd >= 0 && fd < io->nfds ? &io->fds[fd] : NULL;
 }
 /* @fd starts a new life: forget this layer's state of it (and the
  * reactor's: waiters get @err). */
@@ -54,12 +90,19 @@ void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream);
 /* Whether socket @fd is SOCK_STREAM (1) or not (2), learnt once per life
  * of the descriptor (getsockopt, unless weft made it); -errno. */
 int weft__io_stream(weft_sched_t *s, int fd);
-/* Free the table (scheduler teardown). */
-void weft__iofd_fini(weft_sched_t *s);
 
 /* Checks shared by the blocking calls: in a fiber, not cancelled, a valid
- * deadline, an open descriptor whose state could be had. */
+ * deadline (weft__precheck), @fd not negative, and the reactor's and this
+ * layer's tables grown to @fd (-ENOMEM if they cannot be). Whether @fd is
+ * open is asked (fcntl) only when a table does not reach it yet, so that a
+ * bogus huge number is -EBADF rather than a huge table; otherwise a closed
+ * descriptor is found by the system call or op that follows. */
 int weft__io_begin(int fd, int64_t deadline);
+/* The I/O state of @fd after weft__io_begin(@fd) succeeded. */
+static inline weft__iofd *weft__iofd_at(const weft_sched_t *s, int fd)
+{
+    return &s->io->fds[fd];
+}
 /* Block the current fiber until @fd is ready for @events or @deadline. */
 int weft__io_wait(int fd, uint32_t events, int64_t deadline);
 /* Whether to run @op on @fd (of @kind) as a completion op now: the backend
@@ -90,7 +133,7 @@ static inline int weft__io_kind(int fd)
 
 /* Write-behind (wb.c). */
 #define WEFT__WB_PASS ((ssize_t)INT32_MIN) /* "not a write-behind, go on"  */
-ssize_t weft__wb_write(weft_sched_t *s, int fd, const struct iovec *iov, int cnt,
+ssize_t weft__wb_write(weft__io *io, int fd, const struct iovec *iov, int cnt,
                        int flags, int64_t deadline);
 /* Wait (in a fiber) until @fd has no write-behind bytes: 0, the
  * descriptor's write-behind error, or why the wait ended. */
@@ -98,6 +141,6 @@ int weft__wb_drain(int fd, int64_t deadline);
 /* In a fiber, before close/shutdown: let write-behind bytes go out. */
 void weft__wb_settle_before(int fd);
 /* Free the buffers (scheduler teardown, after the reactor's). */
-void weft__wb_fini(weft_sched_t *s);
+void weft__wb_fini(weft__io *io);
 
 #endif

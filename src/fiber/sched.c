@@ -158,9 +158,8 @@ static inline weft__fiber *next_to_run(weft_sched_t *s)
     return &s->main;
 }
 
-/* Inlined at both callers: when the compiler kept it out of line (after
- * the fiber layer's files were reorganised) a channel round trip paid two
- * more calls, ~5% of bench/sync_bench chan. */
+/* Inlined at both callers: when the compiler kept it out of line, a
+ * channel round trip paid two more calls (bench/sync_bench chan). */
 static inline __attribute__((always_inline)) void switch_away(weft_sched_t *s,
                                                               weft__fiber *self)
 {
@@ -171,12 +170,24 @@ static inline __attribute__((always_inline)) void switch_away(weft_sched_t *s,
         self->state = WEFT__F_RUNNING;
 }
 
+/* A timeout scope (scope.c) bounds every wait of its fiber: a wait whose
+ * own deadline is later (or absent) ends at the scope's deadline with
+ * -ETIMEDOUT. */
+static void scope_clamp(weft__wait *w, int64_t scope)
+{
+    if (w->timer.idx != WEFT__TIMER_IDLE && w->timer.deadline <= scope)
+        return;
+    int rc = weft__wait_rearm_deadline(w, scope);
+    if (rc < 0)
+        weft__wait_complete(w, rc);
+}
+
 int weft__block(weft__wait *w)
 {
     weft_sched_t *s = weft__tls_sched;
     weft__fiber *f = s->current;
     if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
-        weft__scope_clamp(w, f->scope_deadline);
+        scope_clamp(w, f->scope_deadline);
     if (w->active) {
         f->wait = w;
         f->state = WEFT__F_BLOCKED;
@@ -187,13 +198,13 @@ int weft__block(weft__wait *w)
 }
 
 /* Out of line: the clock read inlined into weft_yield() made it save two
- * more registers on every yield (~0.25 ns of ~8). */
+ * more registers on every yield. */
 static __attribute__((noinline, cold)) int precheck_scope(const weft__fiber *f)
 {
     return f->scope_deadline <= weft_now() ? -ETIMEDOUT : 0;
 }
 
-/* Inlined into weft_yield(): a call here costs ~1.5 ns of a ~7 ns yield. */
+/* Inlined into weft_yield(): a call here is a large part of a yield. */
 static inline int precheck(weft_sched_t *s, int64_t deadline)
 {
     if (!s || s->current->is_main)
@@ -447,8 +458,8 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
         VALGRIND_MAKE_MEM_UNDEFINED(lo, map_size - guard);
 #endif
     /* Zero the (64-byte aligned) block with vector stores: gcc turns a
-     * memset of this size into `rep stos`, whose start-up cost made a
-     * spawn+run+exit 50 instead of 43 ns (bench/core_spawn warm). */
+     * memset of this size into `rep stos`, whose start-up cost shows in
+     * every spawn (bench/core_spawn warm). */
     typedef uint64_t zero16 __attribute__((vector_size(16)));
 #pragma GCC unroll 16
     for (size_t i = 0; i < fsz / sizeof(zero16); i++)

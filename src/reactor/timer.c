@@ -8,21 +8,20 @@
  * compared against other fibers' stacks, one cold cache line (and often a
  * TLB miss) per level. Nor are the timers written when they move: each
  * armed timer holds a slot in a dense table that records its position,
- * and a sift updates that table (with 1,000 connections the removals of a
- * server's receive deadlines wrote a cold line in another fiber's stack
+ * and a sift updates that table (not a cold line in another fiber's stack
  * per level). Four children per node halve the depth, and the four keys a
  * sift-down compares share one or two cache lines.
  *
- * Beside the heap, the runs (reactor.h): timers armed in deadline order —
+ * Beside the heap, the runs (timer.h): timers armed in deadline order —
  * the common case, the same timeout armed over and over — are appended to
  * a sorted array and disarmed by marking their entry, O(1) both; only a
  * timer that would sort before the last entry of every run (and finds no
- * empty one) goes into the heap.
- * With the HTTP example at 100 connections, disarming a receive deadline
- * in the heap cost ~240 instructions (the oldest timer sits at the root,
- * and the newest, moved there, sinks through every level).
+ * empty one) goes into the heap. In the heap alone, disarming a server's
+ * receive deadline was the dearest case: the oldest timer sits at the
+ * root, and the newest, moved there, sinks through every level
+ * (docs/PERFORMANCE.md).
  */
-#include "reactor.h"
+#include "timer.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -69,15 +69,10 @@ static int ep_fd_update(weft__reactor *r, int fd)
     if ((fd < st->nreg && st->reg[fd]) || weft__list_empty(&fs->waits))
         return 0;
     if (fd >= st->nreg) {
-        int n = st->nreg ? st->nreg : 256;
-        while (n <= fd)
-            n *= 2;
-        uint8_t *nr = realloc(st->reg, (size_t)n);
+        uint8_t *nr = weft__fdtab_grow(st->reg, &st->nreg, fd, sizeof *nr);
         if (!nr)
             return -ENOMEM;
-        memset(nr + st->nreg, 0, (size_t)(n - st->nreg));
         st->reg = nr;
-        st->nreg = n;
     }
     struct epoll_event ev = {
         .events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP | EPOLLET,

@@ -13,12 +13,14 @@
 #include "weft.h"
 #include "fault.h"
 #include "list.h"
+#include "timer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ */
 /* Sanitizer and Valgrind detection                                    */
@@ -46,105 +48,6 @@
 
 #define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-
-/* ------------------------------------------------------------------ */
-/* Timers                                                              */
-/* ------------------------------------------------------------------ */
-typedef struct weft__timer weft__timer;
-struct weft__timer {
-    int64_t deadline;
-    uint64_t seq;
-    uint32_t idx;                    /* its entry in the heap's slot table;
-                                        UINT32_MAX = not armed             */
-    void (*fire)(weft__timer *t);
-};
-#define WEFT__TIMER_IDLE UINT32_MAX
-
-/* A heap or run entry: the timer's key, copied, so that sifting compares
- * within the array instead of reading timers that live in other fibers'
- * stacks, and the timer's slot. */
-typedef struct weft__hent {
-    int64_t deadline;
-    uint64_t seq;
-    uint32_t slot;
-} weft__hent;
-
-/* A slot: an armed timer and where its entry is — a heap position, or
- * WEFT__IN_RUN | run number << WEFT__RUN_SHIFT | index in that run. Moves
- * update this dense table, not the timers themselves. */
-typedef struct weft__hslot {
-    weft__timer *t;
-    uint32_t pos;
-} weft__hslot;
-#define WEFT__IN_RUN 0x80000000u
-#define WEFT__RUN_SHIFT 29
-#define WEFT__RUN_IDX 0x1fffffffu
-#define WEFT__RUNS 4
-#define WEFT__RUN_DEAD UINT32_MAX     /* a removed run entry's slot       */
-
-/* A run: entries in (deadline, arming order), appended at the tail only;
- * e[head] is live unless the run is empty. */
-typedef struct weft__run {
-    weft__hent *e;
-    uint32_t head, tail, cap, live;
-} weft__run;
-
-/*
- * Armed timers: a 4-ary min-heap plus a few "runs", arrays kept in
- * (deadline, arming order) by appending only timers that sort after their
- * last entry. A program arms the same few timeouts again and again, so
- * the deadlines of each come in increasing order and almost all land in a
- * run (one per timeout in use, up to WEFT__RUNS): arming is an append,
- * disarming marks the entry dead (advancing the head past dead entries),
- * both O(1), where the heap paid a sift of every level for each
- * (disarming the oldest timer, at the root, moved the newest down the
- * whole tree). Dead entries are squeezed out when a run fills with fewer
- * than half of it live, so its size follows the armed timers, not how many
- * came and went. The earliest timer is the least of the heap's root and
- * the runs' heads.
- */
-typedef struct weft__heap {
-    weft__hent *h;
-    uint32_t n, cap;                 /* heap entries; capacity of h, slots
-                                        and free_slots                      */
-    uint64_t seq;
-    weft__hslot *slots;
-    uint32_t *free_slots;            /* stack of unused slot numbers       */
-    uint32_t nfree, nslots;          /* slots in use or free               */
-    uint32_t run_live;               /* armed timers in the runs           */
-    weft__run runs[WEFT__RUNS];
-} weft__heap;
-
-int weft__heap_push(weft__heap *hp, weft__timer *t);
-void weft__heap_remove(weft__heap *hp, weft__timer *t);
-/* Bytes the timer structure holds (heap, slot table, free stack, runs). */
-static inline size_t weft__heap_bytes(const weft__heap *hp) {
-    size_t n = (size_t)hp->cap * (sizeof(weft__hent) + sizeof(weft__hslot) + sizeof(uint32_t));
-    for (int i = 0; i < WEFT__RUNS; i++)
-        n += (size_t)hp->runs[i].cap * sizeof(weft__hent);
-    return n;
-}
-/* Armed timers (heap and runs). */
-static inline uint32_t weft__heap_count(const weft__heap *hp) {
-    return hp->n + hp->run_live;
-}
-static inline bool weft__hent_before(const weft__hent *a, const weft__hent *b) {
-    return a->deadline < b->deadline ||
-           (a->deadline == b->deadline && a->seq < b->seq);
-}
-/* The armed timer that fires first: least (deadline, arming order). */
-static inline weft__timer *weft__heap_top(const weft__heap *hp) {
-    const weft__hent *best = hp->n ? &hp->h[0] : NULL;
-    if (hp->run_live)
-        for (int i = 0; i < WEFT__RUNS; i++) {
-            const weft__run *ru = &hp->runs[i];
-            if (ru->live && (!best || weft__hent_before(&ru->e[ru->head], best)))
-                best = &ru->e[ru->head];
-        }
-    return best ? hp->slots[best->slot].t : NULL;
-}
-void weft__heap_fini(weft__heap *hp);
 
 
 /* ------------------------------------------------------------------ */
@@ -226,11 +129,32 @@ typedef struct weft__oprec {
  * HUP, ERR); the reactor notes it and strips it. */
 #define WEFT__EV_PEER_GONE 0x100
 
+/*
+ * Tables indexed by descriptor number: the reactor's (weft__fdstate, below),
+ * the epoll and poll backends' and the I/O layer's (weft__iofd, io.h). Each
+ * grows through weft__fdtab_grow, and an entry of zeros means "nothing
+ * known". A number's new life (a close, a forget, a descriptor weft made)
+ * starts in weft__reactor_fd_close: waiters are woken, the backend drops
+ * its registration (fd_forget), the reactor's entry is reset with its
+ * generation bumped; a layer above with a table of its own clears its
+ * entry (weft__fdtab_clear) in the one function through which it calls
+ * that (the I/O layer's weft__io_fd_reset).
+ */
+/* Grow @tab, a table of @size-byte entries now @*n long, to hold entry @fd
+ * (>= 0): doubling from 256, never past INT32_MAX entries, the new entries
+ * zeroed. Returns the table (moved or not) with @*n updated, or NULL
+ * (ENOMEM, or @fd beyond any table: @tab and @*n unchanged). */
+void *weft__fdtab_grow(void *tab, int *n, int fd, size_t size);
+/* A new life of @fd: its entry (if the table reaches it) zeroed. */
+static inline void weft__fdtab_clear(void *tab, int n, int fd, size_t size)
+{
+    if (fd >= 0 && fd < n)
+        memset((char *)tab + (size_t)fd * size, 0, size);
+}
+
 /* Per-descriptor state, indexed by fd number: what the reactor knows of
- * a descriptor during one life of its number (all of it is reset, and the
- * generation bumped, by weft__reactor_fd_close / weft__reactor_fd_new).
- * Backends keep their own per-descriptor state behind bstate; the fiber
- * I/O layer keeps its own table (weft__iofd, io.h). */
+ * a descriptor during one life of its number. Backends keep their own
+ * per-descriptor state behind bstate. */
 typedef struct weft__fdstate {
     weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
     uint32_t gen;         /* bumped on close/forget/new descriptor          */
@@ -311,6 +235,7 @@ struct weft__reactor {
     /* A client's deadlines kept outside the timers (weft__poll_hook):
      * consulted around a poll while hook_pending is non-zero. */
     const struct weft__poll_hook *hook;
+    void *hook_arg;          /* what the hook's functions are called with */
     uint32_t hook_pending;
     /* op_mask[kind] bit op: the backend's op_ok, asked once at init */
     uint16_t op_mask[WEFT__FD_KINDS];
@@ -325,11 +250,12 @@ struct weft__reactor {
  * for the earliest such deadline (WEFT_FOREVER: none) and sleeps no longer
  * than that; after the poll (events dispatched, before timers fire) it
  * calls @after, which arms a timer for each wait still in flight and
- * clears hook_pending. The reactor knows nothing else of the client.
+ * clears hook_pending. Both get r->hook_arg, which the client sets with
+ * r->hook. The reactor knows nothing else of the client.
  */
 typedef struct weft__poll_hook {
-    int64_t (*deadline)(weft__reactor *r);
-    void (*after)(weft__reactor *r);
+    int64_t (*deadline)(void *arg);
+    void (*after)(void *arg);
 } weft__poll_hook;
 
 int weft__reactor_init(weft__reactor *r, weft_backend_t which);
@@ -392,7 +318,10 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline);
 /* Wait for @fd to be ready for @events: the backend decides how (a
  * registration, a poll array entry, a ring POLL). A descriptor the backend
  * cannot watch (a regular file with epoll) is always ready: the wait
- * completes at once with @events. Returns 0 or -ENOMEM. */
+ * completes at once with @events. Returns 0, -ENOMEM (the table cannot
+ * grow to @fd), or the backend's error from registering it (epoll_ctl's
+ * -EBADF, -ENOSPC..., a ring that cannot take the POLL), passed on as
+ * it is. */
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events);
 /* Move @w's deadline to @deadline (a wait already armed; the new one may
  * be earlier or later): its timer is disarmed and armed again. Returns 0 or

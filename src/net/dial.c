@@ -1,6 +1,7 @@
 /*
  * dial.c — connecting to and listening on names; Unix-domain sockets;
- * addresses as text.
+ * addresses as text; the TCP helpers (weft_tcp_listen, weft_tcp_connect,
+ * weft_local_port).
  *
  * Every host goes through getaddrinfo(3): with AI_NUMERICHOST first, which
  * parses a numeric address (scoped IPv6 included) on the spot and never
@@ -24,6 +25,7 @@
  */
 #include "internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -482,3 +484,113 @@ int weft_addr_format(const struct sockaddr *addr, socklen_t len, char *buf,
     const char *fmt = addr->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s";
     return put(size, snprintf(buf, size, fmt, host, port));
 }
+
+/* ---- the TCP helpers: a literal address at once, a name through weft_dial
+ * and weft_listen -------------------------------------------------------- */
+
+static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
+                      socklen_t *len)
+{
+    if (port < 0 || port > 65535)
+        return -EINVAL;
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (!host || !*host) {
+        v4->sin_family = AF_INET;
+        v4->sin_addr.s_addr = htonl(INADDR_ANY);
+        v4->sin_port = htons((uint16_t)port);
+        *len = sizeof *v4;
+        return 0;
+    }
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        *len = sizeof *v4;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        *len = sizeof *v6;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* A TCP socket of @family with option @opt of @level set to 1 (best
+ * effort: the socket is usable without it). */
+static int tcp_socket(int family, int level, int opt)
+{
+    int fd = weft_socket(family, SOCK_STREAM, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, level, opt, &one, sizeof one);
+    return fd;
+}
+
+int weft_tcp_listen(const char *host, int port, int backlog, int reuseport)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = parse_addr(host, port, &ss, &len);
+    if (rc == -EINVAL && host && port >= 0 && port <= 65535) /* a name */
+        return weft_listen(host, port, SOCK_STREAM, backlog,
+                           reuseport ? WEFT_REUSEPORT : 0, WEFT_FOREVER);
+    if (rc < 0)
+        return rc;
+    int fd = tcp_socket(ss.ss_family, SOL_SOCKET, SO_REUSEADDR);
+    if (fd < 0)
+        return fd;
+    int one = 1;
+    if (reuseport &&
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+        goto fail;
+    if (bind(fd, (struct sockaddr *)&ss, len) < 0)
+        goto fail;
+    if (listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
+        goto fail;
+    return fd;
+fail:
+    rc = -errno;
+    weft_close(fd);
+    return rc;
+}
+
+int weft_tcp_connect(const char *host, int port, int64_t deadline)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = parse_addr(host, port, &ss, &len);
+    if (rc == -EINVAL && host && port > 0 && port <= 65535) /* a name */
+        return weft_dial(host, port, SOCK_STREAM, deadline);
+    if (rc < 0)
+        return rc;
+    if (!host || !*host || port == 0)
+        return -EINVAL;
+    if ((rc = weft__precheck(deadline)) < 0)
+        return rc;
+    int fd = tcp_socket(ss.ss_family, IPPROTO_TCP, TCP_NODELAY);
+    if (fd < 0)
+        return fd;
+    rc = weft_connect(fd, (struct sockaddr *)&ss, len, deadline);
+    if (rc < 0) {
+        weft_close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int weft_local_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -EAFNOSUPPORT;
+}
+

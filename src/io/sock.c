@@ -1,6 +1,8 @@
 /*
- * sock.c — descriptors and sockets: making them (weft_socket, weft_pipe,
- * the TCP helpers), shutting them down, forgetting and closing them.
+ * sock.c — descriptors and sockets: the layer's state of each (made on
+ * first use, reset on a new life, torn down with the scheduler), making
+ * them (weft_socket, weft_pipe), their write-behind switch
+ * (weft_write_behind), shutting them down, forgetting and closing them.
  *
  * A descriptor weft makes starts a new life of its number in the reactor
  * and the I/O layer (weft__io_adopt): whatever a previous descriptor with
@@ -14,14 +16,45 @@
 #endif
 #include "io.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <string.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* ---- the layer's own descriptor table ---------------------------------- */
+
+/* The scheduler's teardown: this layer's tables and buffers. */
+static void io_fini(weft_sched_t *s)
+{
+    weft__io *io = s->io;
+    if (!io)
+        return;
+    if (io->wb_fini)
+        io->wb_fini(io);
+    free(io->fds);
+    free(io);
+    s->io = NULL;
+}
+
+weft__io *weft__io_make(weft_sched_t *s)
+{
+    weft__io *io = calloc(1, sizeof *io);
+    if (!io)
+        return NULL;
+    io->s = s;
+    s->io = io;
+    s->io_fini = io_fini;
+    return io;
+}
+
+void weft__io_fd_reset(weft_sched_t *s, int fd, int err)
+{
+    weft__reactor_fd_close(&s->r, fd, err);
+    /* a write-behind in flight was cancelled above */
+    if (s->io)
+        weft__fdtab_clear(s->io->fds, s->io->nfds, fd, sizeof *s->io->fds);
+}
 
 void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream)
 {
@@ -38,8 +71,9 @@ void weft__io_adopt(weft_sched_t *s, int fd, int kind, int stream)
 
 int weft__io_stream(weft_sched_t *s, int fd)
 {
-    if (fd < s->niofd && s->iofd[fd].stream)
-        return s->iofd[fd].stream;
+    const weft__iofd *known = weft__iofd_find(s, fd);
+    if (known && known->stream)
+        return known->stream;
     /* Asked before the table grows to @fd: a bogus number fails here. */
     int type = 0;
     socklen_t len = sizeof type;
@@ -130,101 +164,28 @@ int weft_pipe(int fds[2])
     return 0;
 }
 
-static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
-                      socklen_t *len)
+int weft_write_behind(int fd, int on)
 {
-    if (port < 0 || port > 65535)
-        return -EINVAL;
-    memset(ss, 0, sizeof *ss);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-    if (!host || !*host) {
-        v4->sin_family = AF_INET;
-        v4->sin_addr.s_addr = htonl(INADDR_ANY);
-        v4->sin_port = htons((uint16_t)port);
-        *len = sizeof *v4;
-        return 0;
-    }
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        *len = sizeof *v4;
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        *len = sizeof *v6;
-        return 0;
-    }
-    return -EINVAL;
-}
-
-int weft_tcp_listen(const char *host, int port, int backlog, int reuseport)
-{
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int rc = parse_addr(host, port, &ss, &len);
-    if (rc == -EINVAL && host && port >= 0 && port <= 65535) /* a name */
-        return weft_listen(host, port, SOCK_STREAM, backlog,
-                           reuseport ? WEFT_REUSEPORT : 0, WEFT_FOREVER);
-    if (rc < 0)
-        return rc;
-    int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
+    weft_sched_t *s = weft__sched_tls();
     if (fd < 0)
-        return fd;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (reuseport &&
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
-        goto fail;
-    if (bind(fd, (struct sockaddr *)&ss, len) < 0)
-        goto fail;
-    if (listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
-        goto fail;
-    return fd;
-fail:
-    rc = -errno;
-    weft_close(fd);
-    return rc;
-}
-
-int weft_tcp_connect(const char *host, int port, int64_t deadline)
-{
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int rc = parse_addr(host, port, &ss, &len);
-    if (rc == -EINVAL && host && port > 0 && port <= 65535) /* a name */
-        return weft_dial(host, port, SOCK_STREAM, deadline);
-    if (rc < 0)
-        return rc;
-    if (!host || !*host || port == 0)
+        return -EBADF;
+    if (on != 0 && on != 1)
         return -EINVAL;
-    if ((rc = weft__precheck(deadline)) < 0)
-        return rc;
-    int fd = weft_socket(ss.ss_family, SOCK_STREAM, 0);
-    if (fd < 0)
-        return fd;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    rc = weft_connect(fd, (struct sockaddr *)&ss, len, deadline);
-    if (rc < 0) {
-        weft_close(fd);
-        return rc;
-    }
-    return fd;
+    if (!s)
+        return -EPERM;
+    /* Known for the sockets weft made or accepted, else asked once. */
+    int stream = weft__io_stream(s, fd);
+    if (stream < 0)
+        return stream;
+    if (stream != 1)
+        return -EINVAL;
+    weft__fdstate *fs = weft__fd(&s->r, fd);
+    weft__iofd *st = weft__iofd_get(s, fd);
+    if (!fs || !st)
+        return -ENOMEM;
+    fs->kind = WEFT__FD_SOCKET;
+    /* Readiness backends send with a system call that returns as soon as
+     * the kernel has the bytes: nothing to gain. */
+    st->wb_on = on && weft__reactor_use_op(&s->r, WEFT__FD_SOCKET, WEFT__OP_SEND);
+    return 0;
 }
-
-int weft_local_port(int fd)
-{
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
-        return -errno;
-    if (ss.ss_family == AF_INET)
-        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    if (ss.ss_family == AF_INET6)
-        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    return -EAFNOSUPPORT;
-}
-

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ruby-fiber-suite.sh [RUBY] — obtain Ruby's own test/fiber suite for RUBY
+# fetch-ruby-fiber-suite.sh [RUBY] — obtain Ruby's own test/fiber suite for RUBY
 # and set it up to run against Weft::Scheduler; prints the suite's
 # directory (absolute) on stdout, everything else on stderr.
 #
@@ -25,10 +25,10 @@
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
-say() { echo "ruby-fiber-suite: $*" >&2; }
+say() { echo "fetch-ruby-fiber-suite: $*" >&2; }
 die() {
   echo "" >&2
-  echo "ruby-fiber-suite: *** FAILED: $* ***" >&2
+  echo "fetch-ruby-fiber-suite: *** FAILED: $* ***" >&2
   echo "" >&2
   exit 1
 }

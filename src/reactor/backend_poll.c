@@ -21,7 +21,8 @@
 typedef struct plstate {
     struct pollfd *pfds;
     int npfds, cap;
-    int32_t *slot;           /* slot[fd]: index in pfds, -1 none         */
+    int32_t *slot;           /* slot[fd]: index in pfds, 0 none (pfds[0]
+                                is the wake-up descriptor's)            */
     int nslot;
 } plstate;
 
@@ -57,20 +58,20 @@ static void pl_fini(weft__reactor *r)
 
 static int32_t slot_of(const plstate *st, int fd)
 {
-    return fd < st->nslot ? st->slot[fd] : -1;
+    return fd < st->nslot ? st->slot[fd] : 0;
 }
 
 static void slot_remove(plstate *st, int fd)
 {
     int i = slot_of(st, fd), last = st->npfds - 1;
-    if (i < 0)
+    if (i == 0)
         return;
     if (i != last) {
         st->pfds[i] = st->pfds[last];
         st->slot[st->pfds[i].fd] = i;
     }
     st->npfds--;
-    st->slot[fd] = -1;
+    st->slot[fd] = 0;
 }
 
 static int pl_fd_update(weft__reactor *r, int fd)
@@ -84,18 +85,12 @@ static int pl_fd_update(weft__reactor *r, int fd)
         return 0;
     }
     if (fd >= st->nslot) {
-        int n = st->nslot ? st->nslot : 256;
-        while (n <= fd)
-            n *= 2;
-        int32_t *ns = realloc(st->slot, (size_t)n * sizeof *ns);
+        int32_t *ns = weft__fdtab_grow(st->slot, &st->nslot, fd, sizeof *ns);
         if (!ns)
             return -ENOMEM;
-        for (int i = st->nslot; i < n; i++)
-            ns[i] = -1;
         st->slot = ns;
-        st->nslot = n;
     }
-    if (st->slot[fd] < 0) {
+    if (st->slot[fd] == 0) {
         if (st->npfds == st->cap) {
             int ncap = st->cap * 2;
             struct pollfd *np = realloc(st->pfds, (size_t)ncap * sizeof *np);
