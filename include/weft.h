@@ -449,6 +449,11 @@ int weft_wait_fd(int fd, int events, int64_t deadline);
  * returns 0 once the checks every call makes have passed (so it can still
  * return -EPERM outside a fiber, -ECANCELED, -ETIMEDOUT for a timeout scope
  * that has passed, -EBADF).
+ *
+ * A regular file is read at its file position with read(2) on every
+ * backend, in the loop's thread (the position may be shared with other
+ * threads and processes, and only the system call takes and advances it
+ * atomically); weft_pread() is the asynchronous read of a file.
  */
 ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline);
 
@@ -456,7 +461,10 @@ ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline);
  * write up to @p len bytes, like write(2): returns as soon as
  * some bytes are committed, so the count may be short. @return the count,
  * or -EPIPE, -ETIMEDOUT, -ECANCELED, -EBADF, other write(2) errors.
- * See weft_write_all() for writing everything.
+ * See weft_write_all() for writing everything. A regular file is written
+ * at its file position with write(2), as weft_read() reads it (lines that
+ * several processes write to one inherited log file never overwrite each
+ * other); weft_pwrite() is the asynchronous write of a file.
  */
 ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline);
 

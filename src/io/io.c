@@ -301,14 +301,19 @@ static ssize_t sock_read(weft_sched_t *s, int fd, const struct iovec *iov,
 }
 
 /* Every read: the op the backend prefers, else the system call and a
- * readiness wait when it would block. */
+ * readiness wait when it would block. A regular file at its file position
+ * is always the system call: the position belongs to the open file, which
+ * other threads and processes may share, and read(2) takes and advances it
+ * under the kernel's lock, where a ring op reads it when it starts and
+ * stores it when it ends (two at once read the same bytes, or overwrite
+ * each other's when writing). weft_pread()/weft_pwrite() stay ring ops. */
 static ssize_t do_read(int fd, const struct iovec *iov, int cnt, int flags,
                        int64_t deadline, bool socket_only)
 {
     int op, kind = rw_begin(fd, deadline, socket_only, cnt, read_op, &op);
     if (kind < 0)
         return kind;
-    if (weft__io_use_op(kind, op, deadline))
+    if (kind != WEFT__FD_FILE && weft__io_use_op(kind, op, deadline))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
     if (kind == WEFT__FD_SOCKET)
         return sock_read(weft__sched_tls(), fd, iov, cnt, flags, deadline);
@@ -335,7 +340,8 @@ static ssize_t sock_send(int fd, const struct iovec *iov, int cnt, int flags)
 
 /* Every write: write-behind first where it is on (or bytes are still
  * behind), then the op the backend prefers, else the system call and a
- * readiness wait when it would block. */
+ * readiness wait when it would block (a regular file: the system call, see
+ * do_read). */
 static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
                         int64_t deadline, bool socket_only)
 {
@@ -349,7 +355,7 @@ static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
         if (n != WEFT__WB_PASS)
             return n;
     }
-    if (weft__io_use_op(kind, op, deadline))
+    if (kind != WEFT__FD_FILE && weft__io_use_op(kind, op, deadline))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_WRITABLE, deadline);
     for (;;) {
         ssize_t n = kind == WEFT__FD_SOCKET ? sock_send(fd, iov, cnt, flags)
