@@ -22,213 +22,332 @@ static void get_buffer(VALUE buffer, bool writing, void **base, size_t *size)
     }
 }
 
-/* One loop for the four transfer hooks: transfer at least @length bytes
- * (0: a single attempt, -EAGAIN if it would block), waiting through the
- * reactor on EAGAIN. Returns the byte count, or -errno if nothing moved. */
-VALUE weft__rb_do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
-                   size_t offset, off_t from, int op)
+/* ---- the transfer loop -----------------------------------------------------
+ *
+ * One loop for the four transfer hooks (weft__rb_do_io): transfer at least
+ * @length bytes (0: a single attempt, -EAGAIN if it would block), waiting
+ * through the reactor on EAGAIN. Each round is one attempt — a ring op
+ * (xfer_ring), a piece of a regular file on the offload pool
+ * (xfer_offload) or a system call (xfer_syscall) — and then what its
+ * outcome calls for: count the bytes and go on or stop (xfer_account),
+ * wait for the descriptor or give up (xfer_blocked), or end with an error
+ * (xfer_fail). */
+
+/* One transfer in progress: what its steps share. */
+struct xfer {
+    rsched *s;          /* the scheduler                                    */
+    VALUE io;           /* the IO                                           */
+    VALUE buffer;       /* the IO::Buffer the bytes come from or go to      */
+    VALUE cur;          /* the fiber transferring                           */
+    int fd;             /* the IO's descriptor                              */
+    int op;             /* OP_READ, OP_WRITE, OP_PREAD or OP_PWRITE         */
+    int kind;           /* the descriptor's WEFT__FD_* kind                 */
+    int ev;             /* WEFT_READABLE or WEFT_WRITABLE: what to wait for */
+    int ring_op;        /* the WEFT__OP_* a ring attempt submits            */
+    bool writing;       /* OP_WRITE or OP_PWRITE: the buffer is read        */
+    bool positioned;    /* OP_PREAD or OP_PWRITE: at @from, not the position */
+    bool is_file;       /* a regular file: never EAGAIN                     */
+    bool is_sock;       /* a socket: MSG_DONTWAIT, ring RECV/SEND           */
+    bool once;          /* a single attempt made as a ring op (see below)   */
+    bool ring;          /* every attempt is a ring op                       */
+    bool io_tmo;        /* the deadline is the IO's own timeout (IO#timeout) */
+    int64_t deadline;   /* when waiting stops (WEFT_FOREVER, 0: never wait) */
+    off_t from;         /* the file offset of a positioned transfer         */
+    void *base;         /* the buffer's memory, fetched again after a wait  */
+    size_t size;        /* the buffer's size, likewise                      */
+    size_t offset;      /* where in the buffer the next byte goes           */
+    size_t length;      /* bytes still to move before the hook may return   */
+    size_t total;       /* bytes moved so far                               */
+    ssize_t n;          /* the last attempt's byte count (XS_MOVED)         */
+    int err;            /* the last attempt's errno (XS_ERRNO, XS_FAILED)   */
+    int rc;             /* the -errno the hook returns if nothing moved     */
+};
+
+/* What one attempt came to. */
+enum xstep {
+    XS_MOVED,   /* x->n bytes moved (0: end of file, or a zero-length write) */
+    XS_ERRNO,   /* a transfer's errno in x->err: EINTR, EAGAIN or an error  */
+    XS_FAILED,  /* the wait or the ring op failed with -x->err              */
+    XS_RETRY,   /* nothing that counts happened: go round again             */
+    XS_STOP,    /* stop with what has moved                                 */
+};
+
+/* The buffer's memory again (it may have been resized while the fiber
+ * waited); false when it shrank below what has moved. */
+static bool xfer_refetch(struct xfer *x)
 {
-    int fd = weft__rb_io_fd(io);
-    bool writing_op = op == OP_WRITE || op == OP_PWRITE;
-    void *base;
-    size_t size;
-    get_buffer(buffer, !writing_op, &base, &size);
-    if (offset > size)
-        rb_raise(rb_eArgError, "offset %zu beyond buffer size %zu", offset, size);
-    if (length > size - offset)
-        length = size - offset;
-    fdinfo *fi = weft__rb_fd_prepare(s, fd, io);
-    const int kind = s->r.fds[fd].kind;
-    const bool is_file = kind == WEFT__FD_FILE, is_sock = kind == WEFT__FD_SOCKET;
-    const bool positioned = op == OP_PREAD || op == OP_PWRITE;
-    if (positioned && from < 0)
-        return INT2NUM(-EINVAL); /* as pread(2); a ring op would take -1 as "here" */
-    const int ring_op = is_sock ? (writing_op ? WEFT__OP_SEND : WEFT__OP_RECV)
-                                : (writing_op ? WEFT__OP_WRITE : WEFT__OP_READ);
-    int ev = writing_op ? WEFT_WRITABLE : WEFT_READABLE;
+    get_buffer(x->buffer, !x->writing, &x->base, &x->size);
+    return x->offset <= x->size;
+}
+
+/* Set up @x for a transfer; false if it cannot start (a negative offset:
+ * -EINVAL, as pread(2); a ring op would take -1 as "here"). */
+static bool xfer_prepare(struct xfer *x, rsched *s, VALUE io, VALUE buffer,
+                         size_t length, size_t offset, off_t from, int op)
+{
+    *x = (struct xfer){.s = s, .io = io, .buffer = buffer, .op = op,
+                       .offset = offset, .from = from};
+    x->fd = weft__rb_io_fd(io);
+    x->writing = op == OP_WRITE || op == OP_PWRITE;
+    get_buffer(buffer, !x->writing, &x->base, &x->size);
+    if (offset > x->size)
+        rb_raise(rb_eArgError, "offset %zu beyond buffer size %zu", offset, x->size);
+    x->length = length > x->size - offset ? x->size - offset : length;
+    fdinfo *fi = weft__rb_fd_prepare(s, x->fd, io);
+    x->kind = s->r.fds[x->fd].kind;
+    x->is_file = x->kind == WEFT__FD_FILE;
+    x->is_sock = x->kind == WEFT__FD_SOCKET;
+    x->positioned = op == OP_PREAD || op == OP_PWRITE;
+    if (x->positioned && from < 0)
+        return false;
+    x->ring_op = x->is_sock ? (x->writing ? WEFT__OP_SEND : WEFT__OP_RECV)
+                            : (x->writing ? WEFT__OP_WRITE : WEFT__OP_READ);
+    x->ev = x->writing ? WEFT_WRITABLE : WEFT_READABLE;
     /* IO#timeout (Ruby >= 3.2) bounds the whole transfer; when it passes
      * before anything moved, IO::TimeoutError, as without a scheduler. */
-    bool io_tmo;
-    int64_t deadline = weft__rb_io_timeout_deadline(io, &io_tmo);
-#define FAIL(rc_)                                                          \
-    do {                                                                   \
-        int f_ = (rc_);                                                    \
-        if (!total && f_ == -ETIMEDOUT && io_tmo)                          \
-            weft__rb_raise_io_timeout(ev);                                          \
-        return total ? SIZET2NUM(total) : INT2NUM(f_);                     \
-    } while (0)
-    /* Ring ops (see weft__rb_ring_io) where the backend takes them: where they
+    x->deadline = weft__rb_io_timeout_deadline(io, &x->io_tmo);
+    /* Ring ops (see ring.c) where the backend takes them: where they
      * wait (@length > 0), for positioned transfers of regular files
-     * (which never say EAGAIN: see weft__rb_file_offload), and for the single attempt of a zero @length (Ruby's
-     * own IO methods: readpartial, write, read_nonblock...) on a socket,
-     * made one attempt by MSG_DONTWAIT: the kernel answers -EAGAIN at once
-     * instead of waiting (a ring READ of a pipe waits even when the pipe
-     * is O_NONBLOCK, so pipes keep the system call). Only while other
-     * fibers are ready to run: the op then goes out in the same
-     * io_uring_enter as theirs, where alone it would cost a loop round
-     * trip, more than the system call; and so a write with nobody else
-     * to run does not switch fibers (Ruby's own test_read_characters
-     * relies on that). Only in a fiber this scheduler runs: one it did not
-     * switch into (an Enumerator's, a fiber the user resumed) must not
-     * wait where the system call would not have (Enumerator#next over a
-     * socket: its fiber would yield to #next's caller). Only on an IO
-     * found not ready before (fdinfo.waited): a fresh connection's
-     * request is usually there already and its answer goes out at once,
-     * so under connection churn the ring op only added two fiber switches
-     * and a loop round per connection.
+     * (which never say EAGAIN: see fileop.c), and for the single attempt
+     * of a zero @length (Ruby's own IO methods: readpartial, write,
+     * read_nonblock...) on a socket, made one attempt by MSG_DONTWAIT: the
+     * kernel answers -EAGAIN at once instead of waiting (a ring READ of a
+     * pipe waits even when the pipe is O_NONBLOCK, so pipes keep the
+     * system call). Only while other fibers are ready to run: the op then
+     * goes out in the same io_uring_enter as theirs, where alone it would
+     * cost a loop round trip, more than the system call; and so a write
+     * with nobody else to run does not switch fibers (Ruby's own
+     * test_read_characters relies on that). Only in a fiber this
+     * scheduler runs: one it did not switch into (an Enumerator's, a fiber
+     * the user resumed) must not wait where the system call would not
+     * have (Enumerator#next over a socket: its fiber would yield to
+     * #next's caller). Only on an IO found not ready before
+     * (fdinfo.waited): a fresh connection's request is usually there
+     * already and its answer goes out at once, so under connection churn
+     * the ring op only added two fiber switches and a loop round per
+     * connection.
      * That costs a switch to the loop and back instead of a system call,
      * and wins: the loop submits every fiber's op in one io_uring_enter,
-     * and a keep-alive Ruby server spends ~25% less CPU per request than
-     * with send/recv (docs/ARCHITECTURE.md, "Ruby's single attempts on
-     * the ring"). A zero deadline stays a non-blocking system call.
+     * and a keep-alive Ruby server spends less CPU per request than with
+     * send/recv (docs/ARCHITECTURE.md, "Ruby's single attempts on the
+     * ring"). A zero deadline stays a non-blocking system call.
      * A regular file's read or write at the file position is never a ring
      * op: the ring reads the position when the op starts and stores it
      * when it ends, without the lock read(2) and write(2) take, so two
      * processes writing through one open file (a log both inherited as
      * stderr) overwrite each other's lines. Those are system calls, on an
      * offload thread from FILE_OFFLOAD_MIN bytes. */
-    VALUE cur = rb_fiber_current();
-    bool once = length == 0 && is_sock && !positioned && s->entered == cur &&
-                fi->waited && !weft__list_empty(&s->ready);
-    bool ring = deadline != 0 &&
-                (is_file ? positioned : (length > 0 || once) && !positioned) &&
-                weft__reactor_use_op(&s->r, kind, ring_op);
-    size_t total = 0;
-    for (;;) {
-        size_t max = size - offset;
-        if (max == 0)
-            break;
-        ssize_t n;
-        int err = 0;
-        if (ring) {
-            if (!weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, cur)) {
-                if (total)
-                    break; /* raised on the next call */
-                weft__rb_deliver_interrupts(s, cur);
-            }
-            weft__opdesc d = {.fd = fd, .buf = (char *)base + offset,
-                              .len = is_file && max > FILE_CHUNK ? FILE_CHUNK : max,
-                              .off = -1,
-                              .async = is_file && max >= FILE_ASYNC_MIN,
-                              .flags = once ? MSG_DONTWAIT : 0,
-                              .op = ring_op};
-            if (positioned)
-                d.off = (int64_t)from + (int64_t)total;
-            int res = weft__rb_ring_io(s, buffer, &d, deadline);
-            get_buffer(buffer, !writing_op, &base, &size);
-            if (offset > size)
-                break;
-            if (res == -EINTR)
-                continue;
-            if (res == -EAGAIN && once) {
-                n = -1; /* the single attempt found nothing to do */
-                err = EAGAIN;
-                goto would_block;
-            }
-            if (res == -EAGAIN) {
-                /* A kernel that will not wait on an O_NONBLOCK file. */
-                int rc = weft__rb_wait_fd(s, fd, ev, deadline);
-                if (rc < 0)
-                    FAIL(rc);
-                get_buffer(buffer, !writing_op, &base, &size);
-                if (offset > size)
-                    break;
-                continue;
-            }
-            if (res == -ECANCELED && !weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, cur))
-                continue; /* raised at the top (or the bytes returned) */
-            if (res < 0)
-                FAIL(res);
-            n = res;
-            goto moved;
-        }
-        if (is_file && deadline != 0 && max >= FILE_OFFLOAD_MIN) {
-            struct fileop f = {.fd = fd, .op = op, .buf = (char *)base + offset,
-                               .len = max > FILE_CHUNK ? FILE_CHUNK : max,
-                               .off = from + (off_t)total};
-            n = weft__rb_file_offload(s, buffer, &f);
-            get_buffer(buffer, !writing_op, &base, &size);
-            if (n < 0) {
-                err = (int)-n;
-                n = -1;
-            }
-            goto moved;
-        }
-        if (!s->r.fds[fd].nonblock && !is_file && !is_sock &&
-            (op == OP_READ || op == OP_WRITE)) {
-            /* A blocking descriptor we must not switch to O_NONBLOCK
-             * (it may be shared with other processes): wait first. */
-            int rc = weft__rb_poll_now(fd, ev);
-            if (rc < 0)
-                return INT2NUM(total ? (long)total : rc);
-            if (rc == 0) {
-                n = -1;
-                err = EAGAIN;
-                goto would_block;
-            }
-        }
-        switch (op) {
-        case OP_READ:
-            n = is_sock ? recv(fd, (char *)base + offset, max, MSG_DONTWAIT)
-                            : read(fd, (char *)base + offset, max);
-            break;
-        case OP_WRITE:
-            n = is_sock ? send(fd, (char *)base + offset, max,
-                                   MSG_DONTWAIT | MSG_NOSIGNAL)
-                            : write(fd, (char *)base + offset, max);
-            break;
-        case OP_PREAD:
-            n = pread(fd, (char *)base + offset, max, from + (off_t)total);
-            break;
-        default:
-            n = pwrite(fd, (char *)base + offset, max, from + (off_t)total);
-            break;
-        }
-        err = n < 0 ? errno : 0;
-    moved:
-        if (n > 0) {
-            total += (size_t)n;
-            offset += (size_t)n;
-            if ((size_t)n < length) {
-                length -= (size_t)n;
-                continue;
-            }
-            /* Enough has moved. Without a scheduler one call moves all of
-             * a regular file's transfer (IO#pread of 3 MiB returns 3 MiB);
-             * here it goes in FILE_CHUNK pieces, so a full piece with room
-             * left in the buffer goes on. */
-            if (is_file && (size_t)n == FILE_CHUNK && offset < size) {
-                length = 0;
-                continue;
-            }
-            break;
-        }
-        if (n == 0)
-            break; /* EOF (or a zero-length write) */
-        if (err == EINTR)
-            continue;
-    would_block:
-        if ((err == EAGAIN || err == EWOULDBLOCK) && length > 0) {
-            int rc = deadline == 0 ? -ETIMEDOUT : weft__rb_wait_fd(s, fd, ev, deadline);
-            if (rc < 0)
-                FAIL(rc);
-            /* The buffer may have been resized while we waited. */
-            get_buffer(buffer, !writing_op, &base, &size);
-            if (offset > size)
-                break;
-            continue;
-        }
-        if (!total && (err == EAGAIN || err == EWOULDBLOCK)) {
-            s->fdi[fd].waited = 1;
-            s->ea_seq = s->hook_seq;
-            s->ea_fiber = cur;
-            s->ea_fd = fd;
-            s->ea_ev = ev;
-        }
-        return total ? SIZET2NUM(total) : INT2NUM(-err);
+    x->cur = rb_fiber_current();
+    x->once = x->length == 0 && x->is_sock && !x->positioned && s->entered == x->cur &&
+              fi->waited && !weft__list_empty(&s->ready);
+    x->ring = x->deadline != 0 &&
+              (x->is_file ? x->positioned : (x->length > 0 || x->once) && !x->positioned) &&
+              weft__reactor_use_op(&s->r, x->kind, x->ring_op);
+    return true;
+}
+
+/* One ring op (weft__rb_ring_io) for the rest of the buffer, a regular
+ * file's in FILE_CHUNK pieces. An interrupt due is raised first, unless
+ * bytes have moved: they are returned and it is raised on the next call. */
+static enum xstep xfer_ring(struct xfer *x)
+{
+    rsched *s = x->s;
+    if (!weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, x->cur)) {
+        if (x->total)
+            return XS_STOP;
+        weft__rb_deliver_interrupts(s, x->cur);
     }
-    return SIZET2NUM(total);
-#undef FAIL
+    size_t max = x->size - x->offset;
+    weft__opdesc d = {.fd = x->fd, .buf = (char *)x->base + x->offset,
+                      .len = x->is_file && max > FILE_CHUNK ? FILE_CHUNK : max,
+                      .off = -1,
+                      .async = x->is_file && max >= FILE_ASYNC_MIN,
+                      .flags = x->once ? MSG_DONTWAIT : 0,
+                      .op = x->ring_op};
+    if (x->positioned)
+        d.off = (int64_t)x->from + (int64_t)x->total;
+    int res = weft__rb_ring_io(s, x->buffer, &d, x->deadline);
+    if (!xfer_refetch(x))
+        return XS_STOP;
+    if (res == -EINTR || res == -EAGAIN) {
+        /* -EAGAIN: the single attempt found nothing to do, or a kernel
+         * that will not wait on an O_NONBLOCK file (xfer_blocked). */
+        x->err = -res;
+        return XS_ERRNO;
+    }
+    if (res == -ECANCELED && !weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, x->cur))
+        return XS_RETRY; /* raised at the top (or the bytes returned) */
+    if (res < 0) {
+        x->err = -res;
+        return XS_FAILED;
+    }
+    x->n = res;
+    return XS_MOVED;
+}
+
+/* Whether the next piece of a regular file goes to the offload pool. */
+static bool xfer_offloads(const struct xfer *x)
+{
+    return x->is_file && x->deadline != 0 && x->size - x->offset >= FILE_OFFLOAD_MIN;
+}
+
+/* One FILE_CHUNK piece of a regular file on the offload pool. */
+static enum xstep xfer_offload(struct xfer *x)
+{
+    size_t max = x->size - x->offset;
+    struct fileop f = {.fd = x->fd, .op = x->op, .buf = (char *)x->base + x->offset,
+                       .len = max > FILE_CHUNK ? FILE_CHUNK : max,
+                       .off = x->from + (off_t)x->total};
+    ssize_t n = weft__rb_file_offload(x->s, x->buffer, &f);
+    if (!xfer_refetch(x)) /* locked meanwhile: never */
+        return XS_STOP;
+    if (n < 0) {
+        x->err = (int)-n;
+        return XS_ERRNO;
+    }
+    x->n = n;
+    return XS_MOVED;
+}
+
+/* One system call for the rest of the buffer. */
+static enum xstep xfer_syscall(struct xfer *x)
+{
+    int fd = x->fd;
+    char *p = (char *)x->base + x->offset;
+    size_t max = x->size - x->offset;
+    off_t at = x->from + (off_t)x->total;
+    if (!x->s->r.fds[fd].nonblock && !x->is_file && !x->is_sock &&
+        (x->op == OP_READ || x->op == OP_WRITE)) {
+        /* A blocking descriptor we must not switch to O_NONBLOCK
+         * (it may be shared with other processes): wait first. */
+        int rc = weft__rb_poll_now(fd, x->ev);
+        if (rc < 0) {
+            x->err = -rc;
+            return XS_FAILED;
+        }
+        if (rc == 0) {
+            x->err = EAGAIN;
+            return XS_ERRNO;
+        }
+    }
+    ssize_t n;
+    switch (x->op) {
+    case OP_READ:
+        n = x->is_sock ? recv(fd, p, max, MSG_DONTWAIT) : read(fd, p, max);
+        break;
+    case OP_WRITE:
+        n = x->is_sock ? send(fd, p, max, MSG_DONTWAIT | MSG_NOSIGNAL)
+                       : write(fd, p, max);
+        break;
+    case OP_PREAD:
+        n = pread(fd, p, max, at);
+        break;
+    default:
+        n = pwrite(fd, p, max, at);
+        break;
+    }
+    if (n < 0) {
+        x->err = errno;
+        return XS_ERRNO;
+    }
+    x->n = n;
+    return XS_MOVED;
+}
+
+/* Count what the attempt moved; whether to go on. */
+static bool xfer_account(struct xfer *x)
+{
+    if (x->n == 0)
+        return false; /* EOF (or a zero-length write) */
+    size_t n = (size_t)x->n;
+    x->total += n;
+    x->offset += n;
+    if (n < x->length) {
+        x->length -= n;
+        return true;
+    }
+    /* Enough has moved. Without a scheduler one call moves all of a
+     * regular file's transfer (IO#pread of 3 MiB returns 3 MiB); here it
+     * goes in FILE_CHUNK pieces, so a full piece with room left in the
+     * buffer goes on. */
+    if (x->is_file && n == FILE_CHUNK && x->offset < x->size) {
+        x->length = 0;
+        return true;
+    }
+    return false;
+}
+
+/* The end of a transfer with -@rc: IO::TimeoutError when the IO's own
+ * timeout passed before anything moved, else the hook returns what moved
+ * or @rc. */
+static bool xfer_fail(struct xfer *x, int rc)
+{
+    if (!x->total && rc == -ETIMEDOUT && x->io_tmo)
+        weft__rb_raise_io_timeout(x->ev);
+    x->rc = rc;
+    return false;
+}
+
+/* The attempt failed with x->err; whether to go on. EINTR: again. EAGAIN:
+ * a transfer that must still move bytes waits until the descriptor is
+ * ready (and so does a ring op that the kernel would not wait in); a
+ * single attempt ends with -EAGAIN, noted for io_wait (rsched.ea_*). */
+static bool xfer_blocked(struct xfer *x)
+{
+    rsched *s = x->s;
+    int err = x->err;
+    if (err == EINTR)
+        return true;
+    bool would_block = err == EAGAIN || err == EWOULDBLOCK;
+    if (would_block && (x->length > 0 || (x->ring && !x->once))) {
+        int rc = x->deadline == 0 ? -ETIMEDOUT
+                                  : weft__rb_wait_fd(s, x->fd, x->ev, x->deadline);
+        if (rc < 0)
+            return xfer_fail(x, rc);
+        return xfer_refetch(x);
+    }
+    if (would_block && !x->total) {
+        s->fdi[x->fd].waited = 1;
+        s->ea_seq = s->hook_seq;
+        s->ea_fiber = x->cur;
+        s->ea_fd = x->fd;
+        s->ea_ev = x->ev;
+    }
+    x->rc = -err;
+    return false;
+}
+
+/* One round: an attempt, then what it calls for; whether to go on. */
+static bool xfer_round(struct xfer *x)
+{
+    enum xstep st = x->ring ? xfer_ring(x)
+                    : xfer_offloads(x) ? xfer_offload(x)
+                    : xfer_syscall(x);
+    switch (st) {
+    case XS_MOVED:
+        return xfer_account(x);
+    case XS_ERRNO:
+        return xfer_blocked(x);
+    case XS_FAILED:
+        return xfer_fail(x, -x->err);
+    case XS_RETRY:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The transfer hooks' loop (see above). Returns the byte count, or -errno
+ * if nothing moved. */
+VALUE weft__rb_do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
+                     size_t offset, off_t from, int op)
+{
+    struct xfer x;
+    if (!xfer_prepare(&x, s, io, buffer, length, offset, from, op))
+        return INT2NUM(-EINVAL);
+    while (x.offset < x.size && xfer_round(&x))
+        ;
+    return x.total || !x.rc ? SIZET2NUM(x.total) : INT2NUM(x.rc);
 }
 
 /* io_read(io, buffer, length)          (3.1)
