@@ -122,8 +122,8 @@ static VALUE fiber_entry_quiet(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, proc))
     return entry_run(proc, argc, argv, true);
 }
 
-/* Fiber.schedule resumes the new fiber (see "switching"): it runs in the
- * caller's resume chain until its first wait or its end. */
+/* Fiber.schedule resumes the new fiber (see "switching" in loop.c): it
+ * runs in the caller's resume chain until its first wait or its end. */
 struct start_arg {
     rsched *s;
     VALUE fiber;

@@ -256,7 +256,7 @@ fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io);
 int weft__rb_poll_now(int fd, int events);
 int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline);
 int64_t weft__rb_io_timeout_deadline(VALUE io, bool *set);
-void weft__rb_raise_io_timeout(int events);
+__attribute__((noreturn)) void weft__rb_raise_io_timeout(int events);
 
 /* writer.c */
 void weft__rb_owner_release(rsched *s, int fd);

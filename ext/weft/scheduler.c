@@ -285,6 +285,8 @@ static VALUE s_backend(VALUE self)
     return s->r_live ? rb_str_new_cstr(s->r.ops->name) : Qnil;
 }
 
+/* ---- #close ------------------------------------------------------------- */
+
 static bool thread_aborting(VALUE thread)
 {
     VALUE st = rb_funcall(thread, id_status, 0);
@@ -356,6 +358,8 @@ static VALUE s_report_set(VALUE self, VALUE v)
     return v;
 }
 
+
+/* ---- pidfd_open, #stats, Init_weft ------------------------------------- */
 
 /* pidfd_open(pid) -> fd; raises SystemCallError (ENOSYS, ESRCH, ...) */
 static VALUE s_pidfd_open(VALUE klass, VALUE pid)
