@@ -305,6 +305,7 @@ endif
 # `ruby -I lib -r weft` works from the repository root. Skipped (with a
 # note) when Ruby's headers are not installed (Debian: ruby-dev).
 RUBY_EXT_DEPS := ext/weft/extconf.rb $(wildcard ext/weft/*.c) contrib/http/http_parse.c contrib/http/http_parse.h $(wildcard src/reactor/*) include/weft.h
+RUBY_EXT_DEPS += $(wildcard ext/weft/*.h)
 .PHONY: ruby test-ruby test-ruby-latest
 ifeq ($(RUBY_HDRS),1)
 ruby: lib/weft/weft.so
@@ -315,7 +316,7 @@ endif
 lib/weft/weft.so: $(RUBY_EXT_DEPS)
 	@mkdir -p build/ruby
 	@# extconf again when it or the set of files changed (directory mtimes)
-	cd build/ruby && { for d in ../../src/reactor ../../include ../../ext/weft/extconf.rb; do \
+	cd build/ruby && { for d in ../../src/reactor ../../include ../../ext/weft ../../ext/weft/extconf.rb; do \
 	    [ Makefile -nt $$d ] || rm -f Makefile; done; [ -f Makefile ] || $(RUBY) $(CURDIR)/ext/weft/extconf.rb >/dev/null; } \
 	  && $(MAKE) --no-print-directory -s V=0 >/dev/null
 	@# A new file renamed into place, never a copy over the old one: a Ruby

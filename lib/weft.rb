@@ -10,7 +10,7 @@
 #
 # Weft::Scheduler implements Ruby's Fiber::Scheduler interface on weft's
 # reactor (io_uring, epoll or poll; WEFT_BACKEND selects). See
-# ext/weft/scheduler.c.
+# ext/weft/ (rsched.h lists the files).
 require "weft/weft"
 require "weft/version"
 require "weft/scheduler"

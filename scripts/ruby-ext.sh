@@ -31,7 +31,7 @@ if command -v flock >/dev/null; then
 fi
 ext=$PWD/ext/weft/extconf.rb
 # extconf again when it or the set of files changed (directory mtimes).
-for d in src/reactor include "$ext"; do
+for d in src/reactor include ext/weft "$ext"; do
   [ "$bdir/obj/Makefile" -nt "$d" ] || rm -f "$bdir/obj/Makefile"
 done
 ( cd "$bdir/obj" && { [ -f Makefile ] || "$ruby" "$ext" >/dev/null; } && make -s V=0 >/dev/null ) || exit 1

@@ -41,8 +41,12 @@ http = File.join(root, "contrib", "http")
 abort "weft: #{http}/http_parse.c missing" unless File.exist?(File.join(http, "http_parse.c"))
 $INCFLAGS << " -I#{http}"
 
+# The extension's own files (ext/weft/*.c: the scheduler, one file per
+# concern, and http.c), then the parser and the reactor layer.
+ext = Dir[File.join(__dir__, "*.c")].map { |f| File.basename(f) }.sort
+
 $VPATH << src << http
-$srcs = ["scheduler.c", "http.c", "http_parse.c"] + core.map { |f| File.basename(f) }
+$srcs = ext + ["http_parse.c"] + core.map { |f| File.basename(f) }
 $objs = $srcs.map { |f| f.sub(/\.c\z/, ".#{$OBJEXT}") }
 
 create_makefile("weft/weft")
@@ -50,7 +54,8 @@ create_makefile("weft/weft")
 # mkmf's objects depend on their .c only: make every object depend on
 # weft's headers (struct layouts are shared by all of them) and on this
 # Makefile (its flags), so an incremental build never mixes layouts.
-headers = (Dir[File.join(src, "*.h")] + Dir[File.join(inc, "*.h")] + [File.join(http, "http_parse.h")]).sort
+headers = (Dir[File.join(src, "*.h")] + Dir[File.join(inc, "*.h")] + Dir[File.join(__dir__, "*.h")] +
+           [File.join(http, "http_parse.h")]).sort
 File.open("Makefile", "a") do |mk|
   mk.puts
   mk.puts "$(OBJS): #{headers.join(" ")} Makefile"

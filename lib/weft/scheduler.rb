@@ -5,7 +5,7 @@ require "rbconfig"
 module Weft
   # The hooks written in Ruby: each hands a blocking call that has no
   # non-blocking kernel interface to a thread, or to a pidfd the reactor
-  # can wait on. Everything else is in C (ext/weft/scheduler.c).
+  # can wait on. Everything else is in C (ext/weft/, see rsched.h).
   # Raised in waiting fibers by Scheduler#stop (Weft.run does on Interrupt,
   # SignalException and SystemExit). Not a StandardError, so `rescue => e`
   # does not swallow it; the fiber ends quietly once it unwinds.

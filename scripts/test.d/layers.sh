@@ -97,7 +97,7 @@ if [ -f lib/weft/weft.so ] || make -s ruby >/dev/null 2>&1; then
     extra=$(nm -g --defined-only $objs 2>/dev/null | awk 'NF == 3 { print $3 }' |
             grep -E '^(weft_spawn|weft__block|weft__ctx_switch|weft_read|weft__stack_get)$')
     if [ -z "$extra" ]; then
-      ok "the Ruby extension is the reactor layer and scheduler.c only ($names)"
+      ok "the Ruby extension is the reactor layer and ext/weft only ($names)"
     else
       bad "the Ruby extension carries fiber-layer code" "$extra"
     fi

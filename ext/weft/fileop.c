@@ -1,0 +1,76 @@
+/*
+ * fileop.c — regular-file transfers on weft's offload pool
+ * (weft__rb_file_offload), while the fiber waits.
+ */
+#include "rsched.h"
+
+#include <unistd.h>
+
+/* ---- regular files off the loop --------------------------------------
+ *
+ * A read or write of a regular file never returns EAGAIN, so a large one
+ * would hold the whole loop (and every other fiber) while the kernel
+ * copies it. On io_uring a positioned one (pread, pwrite) is a ring
+ * READ/WRITE at its offset (IOSQE_ASYNC from FILE_ASYNC_MIN bytes: inline
+ * completion from the page cache would copy inside the loop's own
+ * io_uring_enter). Otherwise (epoll, poll, and transfers at the file
+ * position on every backend: see weft__rb_do_io), those of
+ * FILE_OFFLOAD_MIN bytes or more run on a thread of weft's offload pool
+ * while the fiber waits (smaller ones cost less than the hand-over). The
+ * wait cannot be cut short — the worker owns the buffer until it is done —
+ * so interrupts are delivered once it is. (The sizes are in rsched.h.) */
+
+/* Worker side: the system call, retried on EINTR. */
+static void fileop_run(void *p)
+{
+    struct fileop *f = p;
+    ssize_t n;
+    do {
+        switch (f->op) {
+        case OP_READ:
+            n = read(f->fd, f->buf, f->len);
+            break;
+        case OP_WRITE:
+            n = write(f->fd, f->buf, f->len);
+            break;
+        case OP_PREAD:
+            n = pread(f->fd, f->buf, f->len, f->off);
+            break;
+        default:
+            n = pwrite(f->fd, f->buf, f->len, f->off);
+            break;
+        }
+    } while (n < 0 && errno == EINTR);
+    f->res = n;
+    f->err = n < 0 ? errno : 0;
+}
+
+/* Run @f on the offload pool while the fiber waits; the byte count or
+ * -errno. @buffer is locked meanwhile. */
+ssize_t weft__rb_file_offload(rsched *s, VALUE buffer, struct fileop *f)
+{
+    bool locked = weft__rb_lock_buffer(buffer);
+    rwait rw;
+    weft__rb_rw_begin(s, &rw, RW_IO);
+    rw.w.nocancel = true;
+    int rc = weft__rjob_submit(&f->job, &s->r, &rw.w, fileop_run, f);
+    int state = 0;
+    if (rc < 0) {
+        weft__wait_complete(&rw.w, 0);
+        fileop_run(f); /* no worker: do it here */
+        f->job.done = true;
+    } else {
+        rb_protect(weft__rb_wait_body, (VALUE)&rw, &state);
+    }
+    weft__rb_rw_end(&rw);
+    /* Unwinding (Thread#raise, kill): the worker still writes into the
+     * buffer; wait for it here, without switching fibers. */
+    while (!f->job.done && rw.epoch == s->epoch)
+        (void)weft__reactor_run_once(&s->r, true);
+    if (locked)
+        (void)rb_io_buffer_try_unlock(buffer);
+    if (state)
+        rb_jump_tag(state);
+    return f->res < 0 ? -f->err : f->res;
+}
+

@@ -1,0 +1,188 @@
+/*
+ * intr.c — interrupts: exceptions raised in a fiber from outside it, when
+ * it next waits in (or wakes from) a hook. timeout_after arms a timer that
+ * fires one; fiber_interrupt queues one for a fiber; #stop (and the
+ * scheduler itself, when a fiber dies of SystemExit or a signal, or a
+ * close is forced) queues one for every waiting fiber.
+ */
+#include "rsched.h"
+
+static ID id_new;
+
+/* ---- interrupts (timeout_after, fiber_interrupt) ------------------------ */
+
+static void intr_link(rsched *s, rintr *ri)
+{
+    ri->epoch = s->epoch;
+    weft__list_push_front(&s->intrs, &ri->node);
+    ri->linked = 1;
+}
+
+static void intr_unlink(rsched *s, rintr *ri)
+{
+    if (!ri->linked)
+        return;
+    ri->linked = 0;
+    if (ri->epoch != s->epoch)
+        return;
+    weft__timer_disarm(&s->r, &ri->timer);
+    weft__list_remove(&s->intrs, &ri->node);
+}
+
+/* Queue @exc, already due, for @fiber (on the heap: freed once raised). */
+static void intr_queue(rsched *s, VALUE fiber, VALUE exc)
+{
+    rintr *ri = ZALLOC(rintr);
+    ri->s = s;
+    ri->fiber = fiber;
+    ri->klass = ri->message = Qnil;
+    ri->exc = exc;
+    ri->heap = 1;
+    ri->fired = 1;
+    ri->timer.idx = WEFT__TIMER_IDLE;
+    intr_link(s, ri);
+}
+
+/* Wake @fiber if it waits in one of our hooks (it then delivers). A
+ * nocancel wait (for the completion of a ring op being cancelled) is left
+ * alone: the interrupt is delivered once the op is over. */
+static void intr_kick(rsched *s, VALUE fiber)
+{
+    rwait *rw = weft__rb_waiting_of(s, fiber);
+    if (rw && rw->w.active && !rw->w.nocancel)
+        weft__wait_complete(&rw->w, -ECANCELED);
+}
+
+/* Timer callback: may run without the GVL. */
+static void intr_timer_fired(weft__timer *t)
+{
+    rintr *ri = (rintr *)((char *)t - offsetof(rintr, timer));
+    ri->fired = 1;
+    intr_kick(ri->s, ri->fiber);
+}
+
+/* Raise the first pending interrupt of the current fiber, if any. */
+void weft__rb_deliver_interrupts(rsched *s, VALUE fiber)
+{
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
+        if (!ri->fired || ri->delivered || ri->fiber != fiber)
+            continue;
+        ri->delivered = 1;
+        VALUE exc;
+        if (ri->heap) {
+            exc = ri->exc;
+            intr_unlink(s, ri);
+            xfree(ri);
+        } else if (NIL_P(ri->message)) {
+            exc = rb_funcall(ri->klass, id_new, 0);
+        } else {
+            exc = rb_funcall(ri->klass, id_new, 1, ri->message);
+        }
+        rb_exc_raise(exc);
+    }
+}
+
+/* Has @fiber a fired interrupt not yet raised? */
+bool weft__rb_intr_pending(rsched *s, VALUE fiber)
+{
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
+        if (ri->fired && !ri->delivered && ri->fiber == fiber)
+            return true;
+    }
+    return false;
+}
+
+VALUE weft__rb_stop_exception(const char *why)
+{
+    return rb_exc_new_cstr(weft__rb_eStop, why);
+}
+
+/* Queue @exc for every fiber waiting in a hook and wake them all (a
+ * nocancel wait is woken when its op is over). Returns how many. */
+long weft__rb_stop_all(rsched *s, VALUE exc)
+{
+    long n = 0;
+    s->stops++;
+    for (weft__node *a = s->all.head; a; a = a->next) {
+        rwait *rw = RW_OF(a, anode);
+        intr_queue(s, rw->fiber, exc);
+        n++;
+    }
+    for (weft__node *a = s->all.head; a; a = a->next) {
+        rwait *rw = RW_OF(a, anode);
+        if (rw->w.active && !rw->w.nocancel)
+            weft__wait_complete(&rw->w, -ECANCELED);
+    }
+    return n;
+}
+
+/* ---- hooks -------------------------------------------------------------- */
+
+/* timeout_after(duration, klass, message) { |duration| ... } */
+static VALUE timeout_ensure(VALUE p)
+{
+    rintr *ri = (rintr *)p;
+    intr_unlink(ri->s, ri);
+    return Qnil;
+}
+
+static VALUE s_timeout_after(int argc, VALUE *argv, VALUE self)
+{
+    rb_check_arity(argc, 1, 3);
+    rsched *s = weft__rb_get_sched(self);
+    rb_need_block();
+    int64_t deadline = weft__rb_to_deadline(argv[0]);
+    rintr ri;
+    memset(&ri, 0, sizeof ri);
+    ri.s = s;
+    ri.fiber = rb_fiber_current();
+    ri.klass = argc > 1 && !NIL_P(argv[1]) ? argv[1] : rb_eRuntimeError;
+    ri.message = argc > 2 ? argv[2] : Qnil;
+    ri.exc = Qnil;
+    ri.timer.idx = WEFT__TIMER_IDLE;
+    ri.timer.fire = intr_timer_fired;
+    intr_link(s, &ri);
+    if (deadline != WEFT_FOREVER) {
+        if (weft__timer_arm(&s->r, &ri.timer, deadline) < 0) {
+            intr_unlink(s, &ri);
+            rb_memerror();
+        }
+    }
+    return rb_ensure(rb_yield, argv[0], timeout_ensure, (VALUE)&ri);
+}
+
+/* fiber_interrupt(fiber, exception): raise @exception in @fiber when it
+ * next waits in (or wakes from) a hook; wakes it now if it waits. */
+static VALUE s_fiber_interrupt(VALUE self, VALUE fiber, VALUE exc)
+{
+    rsched *s = weft__rb_get_sched(self);
+    if (!rb_obj_is_kind_of(fiber, weft__rb_cFiber))
+        rb_raise(rb_eTypeError, "not a Fiber");
+    if (!rb_obj_is_kind_of(exc, rb_eException))
+        rb_raise(rb_eTypeError, "not an exception");
+    intr_queue(s, fiber, exc);
+    intr_kick(s, fiber);
+    return Qnil;
+}
+
+/* stop(exception): queue @exception for every fiber waiting in a hook and
+ * wake them all (Weft.run uses it with Weft::Stop on Interrupt). Returns
+ * the number of fibers interrupted. */
+static VALUE s_stop(VALUE self, VALUE exc)
+{
+    rsched *s = weft__rb_get_sched(self);
+    if (!rb_obj_is_kind_of(exc, rb_eException))
+        rb_raise(rb_eTypeError, "not an exception");
+    return LONG2NUM(weft__rb_stop_all(s, exc));
+}
+
+
+void weft__rb_init_intr(VALUE klass)
+{
+    id_new = rb_intern("new");
+    rb_define_method(klass, "timeout_after", s_timeout_after, -1);
+    rb_define_method(klass, "fiber_interrupt", s_fiber_interrupt, 2);
+    rb_define_method(klass, "stop", s_stop, 1);
+}

@@ -1,0 +1,485 @@
+/*
+ * loop.c — the ready list, the loop and switching between fibers: how a
+ * fiber waits in a hook (weft__rb_rw_begin, weft__rb_rw_wait,
+ * weft__rb_rw_end), how the loop fiber dispatches completed waits, how a
+ * waiting fiber hands off to the next ready one, and #exclusive, which
+ * keeps the others from running while one fiber waits.
+ */
+#include "rsched.h"
+
+static VALUE eFiberError;
+static ID id_closed_p;
+
+
+/* Fibers handed off to directly before the loop gets to poll. */
+#define HANDOFF_MAX 64
+/* Loop dispatches between non-blocking polls while fibers stay ready. */
+#define POLL_EVERY 64
+/* Period of the closed-IO sweep while descriptors are waited on. */
+#define SWEEP_NS (200 * 1000000LL)
+
+/* ---- ready list and waits -------------------------------------------- */
+
+static void rq_push(rsched *s, rwait *rw)
+{
+    if (rw->queued)
+        return;
+    rw->queued = 1;
+    weft__list_push(&s->ready, &rw->rnode);
+}
+
+static void rq_remove(rsched *s, rwait *rw)
+{
+    if (!rw->queued)
+        return;
+    weft__list_remove(&s->ready, &rw->rnode);
+    rw->queued = 0;
+}
+
+static rwait *rq_pop(rsched *s)
+{
+    rwait *rw = RW_OF(s->ready.head, rnode);
+    if (rw)
+        rq_remove(s, rw);
+    return rw;
+}
+
+/* Wake function: may run without the GVL. */
+static void rw_wake(weft__wait *w)
+{
+    rwait *rw = w->owner;
+    rq_push(rw->s, rw);
+}
+
+void weft__rb_rw_begin(rsched *s, rwait *rw, int kind)
+{
+    memset(rw, 0, sizeof *rw);
+    rw->s = s;
+    rw->kind = (uint8_t)kind;
+    rw->fiber = rb_fiber_current();
+    rw->epoch = s->epoch;
+    weft__wait_init(&rw->w, &s->r, rw_wake, rw);
+    weft__list_push_front(&s->all, &rw->anode);
+    rw->linked = 1;
+    st_insert(s->waiting, (st_data_t)rw->fiber, (st_data_t)rw);
+}
+
+void weft__rb_rw_end(rwait *rw)
+{
+    rsched *s = rw->s;
+    if (!rw->linked)
+        return;
+    rw->linked = 0;
+    if (rw->epoch != s->epoch)
+        return; /* begun before a fork: the lists were reset */
+    if (rw->w.active)
+        weft__wait_complete(&rw->w, -ECANCELED);
+    rq_remove(s, rw);
+    weft__list_remove(&s->all, &rw->anode);
+    st_data_t key = (st_data_t)rw->fiber, val;
+    if (st_lookup(s->waiting, key, &val) && (rwait *)val == rw)
+        st_delete(s->waiting, &key, NULL);
+}
+
+rwait *weft__rb_waiting_of(rsched *s, VALUE fiber)
+{
+    st_data_t val;
+    if (st_lookup(s->waiting, (st_data_t)fiber, &val))
+        return (rwait *)val;
+    return NULL;
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static void *poll_nogvl(void *p)
+{
+    rsched *s = p;
+    (void)weft__reactor_run_once(&s->r, true);
+    return NULL;
+}
+
+/* Unblocking function: Thread#raise, signals, Thread#kill reach a loop
+ * sleeping in the kernel through the reactor's wake-up eventfd. It is
+ * async-signal-safe and says so (RB_NOGVL_UBF_ASYNC_SAFE): otherwise Ruby
+ * 3.1, in a process with one Ruby thread, starts a helper thread for every
+ * blocking poll (to call the function from a thread rather than from its
+ * signal handler), kills and joins it after, and leaks it when a trap
+ * raises on the way out (test_blocking_poll.rb). */
+static void poll_ubf(void *p)
+{
+    rsched *s = p;
+    weft__reactor_wake(&s->r);
+}
+
+bool weft__rb_io_closed(VALUE io)
+{
+    return RTEST(rb_funcall(io, id_closed_p, 0));
+}
+
+static void sweep_timer_fired(weft__timer *t) { (void)t; }
+
+/* Ruby < 4.0 closes an IO without telling the scheduler (no io_close
+ * hook): the kernel then drops the epoll registration silently and a fiber
+ * waiting on it would wait forever. Every SWEEP_NS while descriptors are
+ * waited on, wake the waiters of IOs that were closed, with EBADF. */
+static void maybe_sweep(rsched *s)
+{
+    if (!s->r.nfd_waits)
+        return;
+    int64_t now = weft_now();
+    if (now >= s->next_sweep) {
+        s->next_sweep = now + SWEEP_NS;
+        int n = s->nfdi < s->r.nfds ? s->nfdi : s->r.nfds;
+        for (int fd = 0; fd < n; fd++) {
+            VALUE io = s->fdi[fd].io;
+            if (!weft__list_empty(&s->r.fds[fd].waits) && !NIL_P(io) && weft__rb_io_closed(io)) {
+                s->fdi[fd].io = Qnil;
+                weft__reactor_fd_close(&s->r, fd, -EBADF);
+            }
+        }
+    }
+    if (s->sweep_timer.idx == WEFT__TIMER_IDLE) {
+        s->sweep_timer.fire = sweep_timer_fired;
+        (void)weft__timer_arm(&s->r, &s->sweep_timer, s->next_sweep);
+    }
+}
+
+/* Block in the reactor, without the GVL, until something happens. */
+static void poll_sleep(rsched *s)
+{
+    rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
+    rb_thread_check_ints();
+}
+
+static void poll_blocking(rsched *s)
+{
+    maybe_sweep(s);
+    /* Collect what is ready now without giving up the GVL: releasing and
+     * re-taking it costs far more than one extra non-blocking poll. */
+    (void)weft__reactor_run_once(&s->r, false);
+    if (!weft__list_empty(&s->ready))
+        return;
+    poll_sleep(s);
+}
+
+static inline bool rw_done(const rwait *rw)
+{
+    return !rw->w.active && !rw->queued;
+}
+
+/* ---- switching -----------------------------------------------------------
+ *
+ * Ruby has two ways into a fiber. A *resumed* fiber (Fiber#resume) returns
+ * to its resumer with Fiber.yield or by ending, and its resumer cannot be
+ * switched into until it does; a fiber entered by *transfer* has no
+ * resumer and may transfer anywhere. The scheduler uses both:
+ *
+ *   - Fiber.schedule resumes the new fiber (as Ruby's reference scheduler
+ *     does), so until its first wait it is in its starter's resume chain:
+ *     Fiber.yield returns to the starter, which may #resume it later, and
+ *     at its first wait it yields back, which is when Fiber.schedule
+ *     returns.
+ *   - Every later switch the scheduler makes is a transfer
+ *     (rb_fiber_transfer, the C API, which may enter a fiber that last
+ *     yielded): a waiting fiber hands off directly to the next ready one,
+ *     or to the loop fiber when none is ready or after HANDOFF_MAX
+ *     hand-offs in a row.
+ *   - A waiting fiber that was switched into by someone else — Fiber#resume
+ *     or Fiber#raise from user code (a parked scheduled fiber is entered by
+ *     resume: it last yielded) — is in that caller's resume chain: its next
+ *     wait yields back to the caller, so the caller continues, as Ruby
+ *     specifies for Fiber#raise.
+ *
+ * `entered` records which fiber the scheduler itself last switched into,
+ * and how; a fiber that wakes up and finds another value there was entered
+ * by someone else. */
+
+enum { M_TRANSFER, M_CHAINED, M_UNKNOWN };
+
+static inline int entry_mode(const rsched *s, VALUE self)
+{
+    if (s->entered != self)
+        return M_UNKNOWN;
+    return s->entered_chained ? M_CHAINED : M_TRANSFER;
+}
+
+/* Transfer to @fiber (a dispatch: it runs in transfer mode). */
+static inline void switch_to(rsched *s, VALUE fiber)
+{
+    s->entered = fiber;
+    s->entered_chained = false;
+    rb_fiber_transfer(fiber, 0, NULL);
+}
+
+static VALUE yield_body(VALUE unused)
+{
+    (void)unused;
+    return rb_fiber_yield(0, NULL);
+}
+
+/* Yield to the current fiber's resumer. false (nothing happened) if it has
+ * none: Fiber.yield raises FiberError before switching then. */
+static bool try_yield(void)
+{
+    int state = 0;
+    rb_protect(yield_body, Qnil, &state);
+    if (!state)
+        return true;
+    VALUE err = rb_errinfo();
+    if (rb_obj_is_kind_of(err, eFiberError)) {
+        VALUE msg = rb_funcall(err, rb_intern("message"), 0);
+        if (RB_TYPE_P(msg, T_STRING) &&
+            strstr(StringValueCStr(msg), "not resumed")) {
+            rb_set_errinfo(Qnil);
+            return false;
+        }
+    }
+    rb_jump_tag(state);
+    return false;
+}
+
+struct loop_arg {
+    rsched *s;
+    rwait *until;
+    VALUE until_fiber;          /* or run until this fiber has ended     */
+    VALUE prev_loop;
+    bool prev_running;
+};
+
+static VALUE loop_body(VALUE p)
+{
+    struct loop_arg *a = (struct loop_arg *)p;
+    rsched *s = a->s;
+    for (;;) {
+        weft__rb_check_fork(s);
+        if (a->until && (rw_done(a->until) || a->until->epoch != s->epoch))
+            break;
+        if (!NIL_P(a->until_fiber) && !RTEST(rb_fiber_alive_p(a->until_fiber)))
+            break;
+        rwait *rw = rq_pop(s);
+        if (rw) {
+            if (rw == a->until)
+                break;
+            s->handoffs = 0;
+            switch_to(s, rw->fiber);
+            if ((++s->ticks % POLL_EVERY) == 0) {
+                (void)weft__reactor_run_once(&s->r, false);
+                maybe_sweep(s);
+            }
+            continue;
+        }
+        if (!a->until && s->r.nwaits == 0)
+            break;
+        poll_blocking(s);
+    }
+    return Qnil;
+}
+
+
+static VALUE loop_ensure(VALUE p)
+{
+    struct loop_arg *a = (struct loop_arg *)p;
+    rsched *s = a->s;
+    s->running = a->prev_running;
+    s->loop_fiber = a->prev_loop;
+    if (!s->running && s->close_pending && s->r_live) {
+        s->close_pending = false;
+        weft__rb_finalize(s);
+    }
+    return Qnil;
+}
+
+/* Run the loop on the current fiber until @until completes (or, NULL,
+ * until nothing is left to wait for). */
+void weft__rb_run_loop(rsched *s, rwait *until, VALUE until_fiber)
+{
+    if (s->running && rb_fiber_current() != s->loop_fiber)
+        rb_raise(weft__rb_eError, "the scheduler loop is already running");
+    struct loop_arg a = {s, until, until_fiber, s->loop_fiber, s->running};
+    /* Keep the outer loop fiber if this is a nested until-run on it. */
+    if (!s->running)
+        s->loop_fiber = rb_fiber_current();
+    s->running = true;
+    rb_ensure(loop_body, (VALUE)&a, loop_ensure, (VALUE)&a);
+}
+
+static bool is_pinned(rsched *s, VALUE fiber)
+{
+    st_data_t depth;
+    return s->pins && st_lookup(s->pins, (st_data_t)fiber, &depth) && depth > 0;
+}
+
+/* The wait of a fiber inside #exclusive: run the reactor on this fiber
+ * until @rw completes, switching into no other fiber. Fibers that become
+ * ready meanwhile stay on the ready list for the loop. */
+static void wait_inline(rsched *s, rwait *rw)
+{
+    while (rw->epoch == s->epoch) {
+        if (rw->queued) {
+            rq_remove(s, rw);
+            break;
+        }
+        if (!rw->w.active)
+            break;
+        maybe_sweep(s);
+        (void)weft__reactor_run_once(&s->r, false);
+        if (rw->queued || !rw->w.active)
+            continue;
+        poll_sleep(s);
+    }
+}
+
+/* Switch away until @rw completes and the scheduler switches back to us. */
+void weft__rb_wait_for(rsched *s, rwait *rw)
+{
+    VALUE self = rw->fiber;
+    /* Inside #exclusive only a wait that another fiber must end (block:
+     * a Mutex, a Queue, a join) lets the others run. */
+    if (RB_UNLIKELY(s->npins) && rw->kind != RW_BLOCK && is_pinned(s, self)) {
+        wait_inline(s, rw);
+        return;
+    }
+    if (self == s->loop_fiber) {
+        /* The loop fiber itself waits (a fiber that called #run): run the
+         * loop here until this wait is dispatched. */
+        weft__rb_run_loop(s, rw, Qnil);
+        rq_remove(s, rw);
+        return;
+    }
+    int mode = entry_mode(s, self);
+    while (!rw_done(rw) && rw->epoch == s->epoch) {
+        if (mode == M_UNKNOWN && !st_is_member(s->own, (st_data_t)self)) {
+            /* A fiber this scheduler did not start (an Enumerator's, on
+             * Ruby >= 3.3 non-blocking like its creator; a Fiber.new of
+             * the program's): a Fiber.yield would hand its resumer a value
+             * (Enumerator#next would return nil). It waits as a fiber in
+             * transfer mode does, and is transferred back into. */
+            mode = M_TRANSFER;
+            continue;
+        }
+        if (mode == M_CHAINED || mode == M_UNKNOWN) {
+            /* Back to whoever resumed us; we come back when the scheduler
+             * dispatches this wait (or someone resumes us again). */
+            s->entered = Qnil;
+            if (!try_yield()) {
+                mode = M_TRANSFER; /* nobody resumed us: transfer mode */
+                continue;
+            }
+        } else if (NIL_P(s->loop_fiber)) {
+            /* No loop runs (a fiber entered by transfer from user code):
+             * this fiber becomes the loop until its wait is done. */
+            weft__rb_run_loop(s, rw, Qnil);
+            rq_remove(s, rw);
+            return;
+        } else {
+            rwait *next = NULL;
+            if (!weft__list_empty(&s->ready) && s->handoffs < HANDOFF_MAX) {
+                next = rq_pop(s);
+                s->handoffs++;
+                if (next == rw)
+                    continue;
+            }
+            if (next) {
+                switch_to(s, next->fiber);
+            } else {
+                s->handoffs = 0;
+                switch_to(s, s->loop_fiber);
+            }
+        }
+        mode = entry_mode(s, self);
+    }
+}
+
+/* ---- waiting ------------------------------------------------------------ */
+
+VALUE weft__rb_wait_body(VALUE p)
+{
+    rwait *rw = (rwait *)p;
+    weft__rb_wait_for(rw->s, rw);
+    return Qnil;
+}
+
+static VALUE wait_ensure(VALUE p)
+{
+    weft__rb_rw_end((rwait *)p);
+    return Qnil;
+}
+
+/* Block in @rw (begun and armed); returns its result. @yield: switch away
+ * even if it already completed (sleep 0, Fiber.schedule from a fiber). */
+int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield)
+{
+    if (!rw->w.active && !yield) {
+        weft__rb_rw_end(rw);
+    } else {
+        rb_ensure(weft__rb_wait_body, (VALUE)rw, wait_ensure, (VALUE)rw);
+    }
+    if (!weft__list_empty(&s->intrs))
+        weft__rb_deliver_interrupts(s, rw->fiber);
+    return rw->w.result;
+}
+
+/* ---- exclusive ---------------------------------------------------------- */
+
+struct pin_arg {
+    rsched *s;
+    VALUE fiber;
+};
+
+static VALUE pin_body(VALUE p)
+{
+    (void)p;
+    return rb_yield(Qnil);
+}
+
+static VALUE pin_release(VALUE p)
+{
+    struct pin_arg *a = (struct pin_arg *)p;
+    rsched *s = a->s;
+    st_data_t key = (st_data_t)a->fiber, depth;
+    if (!s->pins || !st_lookup(s->pins, key, &depth))
+        return Qnil; /* forgotten since (abandoned fibers) */
+    if (depth > 1)
+        st_insert(s->pins, key, depth - 1);
+    else
+        st_delete(s->pins, &key, NULL);
+    s->npins--;
+    return Qnil;
+}
+
+/*
+ * exclusive { ... } -> the block's value
+ *
+ * Runs the block in the current fiber so that, while it waits for I/O, a
+ * timer, a file operation or sleep, no other fiber of this scheduler
+ * runs: the event loop runs on this fiber until its wait is over, and
+ * fibers that became ready meanwhile run after the block. A wait that
+ * only another fiber can end (Mutex, Queue, ConditionVariable, join)
+ * still lets the others run, or it could never end. Nests; without a
+ * scheduler loop it simply yields.
+ *
+ * Weft uses it around Kernel#require, #require_relative and #load on
+ * Ruby 3.1, whose autoload and require treat a load begun by another fiber
+ * of the same thread as finished (lib/weft/scheduler.rb).
+ */
+static VALUE s_exclusive(VALUE self)
+{
+    rb_need_block();
+    rsched *s = weft__rb_get_sched(self);
+    struct pin_arg a = {s, rb_fiber_current()};
+    if (!s->pins)
+        s->pins = st_init_numtable();
+    st_data_t depth = 0;
+    st_lookup(s->pins, (st_data_t)a.fiber, &depth);
+    st_insert(s->pins, (st_data_t)a.fiber, depth + 1);
+    s->npins++;
+    return rb_ensure(pin_body, (VALUE)&a, pin_release, (VALUE)&a);
+}
+
+void weft__rb_init_loop(VALUE klass)
+{
+    id_closed_p = rb_intern("closed?");
+    eFiberError = rb_const_get(rb_cObject, rb_intern("FiberError"));
+    rb_gc_register_mark_object(eFiberError);
+    rb_define_method(klass, "exclusive", s_exclusive, 0);
+}

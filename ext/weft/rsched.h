@@ -1,0 +1,289 @@
+/*
+ * rsched.h — the private header of Weft::Scheduler (Ruby's Fiber::Scheduler
+ * interface on weft's reactor): the structures every file of the extension
+ * shares and the functions one file offers the others.
+ *
+ * One reactor, two kinds of fiber: the extension is the reactor's Ruby
+ * client. A Ruby fiber that must wait builds an `rwait` on its own machine
+ * stack (a weft__wait plus the fiber), arms it on the reactor and switches
+ * away. The reactor completes the wait and calls the wake function, which
+ * only links the rwait on the scheduler's ready list: that code may run
+ * with the GVL released (inside weft__reactor_run_once), so it touches no
+ * Ruby object. The loop fiber (the fiber that called #run, or that first
+ * called Fiber.schedule) pops ready waits and Fiber#transfer's to their
+ * fibers; a fiber that waits hands off directly to the next ready fiber for
+ * a bounded number of switches, then returns to the loop so I/O is polled.
+ *
+ * Invariants:
+ *   - the "all" list and the `waiting` table (fiber -> rwait) change only on
+ *     the owner thread with the GVL held; GC marks every fiber on the list;
+ *   - the ready list and the reactor change only on the owner thread (with
+ *     or without the GVL); nothing else reads them;
+ *   - every rwait is unlinked by rb_ensure on every exit path (normal wake,
+ *     exception, Fiber#raise, Thread#raise);
+ *   - other threads reach the loop only through weft__reactor_post().
+ *
+ * The files, one concern each:
+ *   scheduler.c  the object: TypedData, fork, thread binding, #initialize,
+ *                #close, #stats; Init_weft
+ *   loop.c       the ready list, the loop, switching between fibers,
+ *                #exclusive, and blocking in a wait (weft__rb_rw_wait)
+ *   intr.c       interrupts: timeout_after, fiber_interrupt, #stop
+ *   wait.c       descriptors and the waiting hooks: io_wait, io_close,
+ *                kernel_sleep, block, unblock
+ *   writer.c     one writer at a time per descriptor (io_write)
+ *   transfer.c   the transfer hooks io_read, io_pread, io_pwrite and their
+ *                loop, weft__rb_do_io
+ *   ring.c       transfers as io_uring ops (the buffer handed to the kernel)
+ *   fileop.c     regular-file transfers on the offload pool
+ *   select.c     io_select
+ *   fiber.c      fibers: start (Fiber.schedule), end, errors; #run
+ *   http.c       Weft::HTTP (the request-head parser, for Weft::Server)
+ *
+ * Names: weft__rb_ for what one file offers the others (declared here);
+ * everything else is static to its file. Each file that defines hooks
+ * defines them in its weft__rb_init_<file>(), called by Init_weft.
+ */
+#ifndef WEFT_RSCHED_H
+#define WEFT_RSCHED_H
+
+#include "reactor.h"
+#include "workers.h"
+#include "evmask.h"
+
+#include <ruby.h>
+#include <ruby/io.h>
+#include <ruby/io/buffer.h>
+#include <ruby/thread.h>
+#include <ruby/fiber/scheduler.h>
+#include <ruby/st.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/types.h>
+
+/* What an rwait waits for (rwait.kind). */
+enum { RW_IO = 1, RW_SLEEP, RW_BLOCK, RW_YIELD };
+
+/* The four transfer hooks (weft__rb_do_io, struct fileop). */
+enum { OP_READ, OP_WRITE, OP_PREAD, OP_PWRITE };
+
+typedef struct rsched rsched;
+
+/* One fiber's wait in a hook, on that fiber's stack from
+ * weft__rb_rw_begin to weft__rb_rw_end. */
+typedef struct rwait {
+    weft__wait w;       /* the reactor's wait; its result is the hook's     */
+    rsched *s;          /* the scheduler it waits in                        */
+    VALUE fiber;        /* the fiber that waits (a key of rsched.waiting)   */
+    weft__node anode;   /* link on rsched.all, every wait (GVL only)        */
+    weft__node rnode;   /* link on rsched.ready, once completed             */
+    weft__node onode;   /* link on fdinfo.w_waiters (an owner wait)         */
+    unsigned epoch;     /* rsched.epoch when begun: a fork or an abandon
+                         * since means the lists it was on are gone        */
+    int ofd;            /* the descriptor of an owner wait (writer.c)       */
+    uint8_t kind;       /* RW_IO, RW_SLEEP, RW_BLOCK or RW_YIELD            */
+    uint8_t queued;     /* on rsched.ready                                  */
+    uint8_t linked;     /* on rsched.all and in rsched.waiting              */
+    uint8_t olinked;    /* on its descriptor's w_waiters                    */
+} rwait;
+
+/* A pending interrupt for a fiber: a timeout_after timer or an exception
+ * queued by fiber_interrupt or #stop. Lives on the fiber's stack (timeouts)
+ * or on the heap (interrupts). */
+typedef struct rintr {
+    weft__node node;    /* link on rsched.intrs                             */
+    weft__timer timer;  /* timeout_after's timer (idle for the others)     */
+    rsched *s;          /* the scheduler it belongs to                      */
+    VALUE fiber;        /* the fiber to interrupt                           */
+    VALUE klass;        /* timeout_after: the exception class to raise      */
+    VALUE message;      /* timeout_after: its message, or Qnil              */
+    VALUE exc;          /* heap interrupts: the exception object to raise   */
+    unsigned epoch;     /* rsched.epoch when linked (see rwait.epoch)       */
+    uint8_t fired;      /* due: the timer fired, or queued already fired    */
+    uint8_t delivered;  /* raised in its fiber (at most once)               */
+    uint8_t heap;       /* allocated with ZALLOC: freed when delivered      */
+    uint8_t linked;     /* on rsched.intrs                                  */
+} rintr;
+
+/* What the extension knows of one descriptor number (rsched.fdi). */
+typedef struct fdinfo {
+    VALUE io;         /* the IO object last seen on this fd number      */
+    /* A fiber in the middle of one Ruby-level write that the IO layer
+     * split into several hook calls with a wait between them (Ruby 3.1's
+     * writev: the text, then io_wait, then the rest): other fibers'
+     * writes to this descriptor wait until it is done, so one puts is
+     * never split by another fiber's write. Qnil: none. */
+    VALUE w_owner;
+    weft__list w_waiters;    /* rwaits of fibers waiting for w_owner    */
+    /* An attempt on this IO found it not ready, or a fiber waited on it:
+     * from then on its single attempts may be ring ops (weft__rb_do_io).
+     * A fresh connection's first read and write stay system calls: its
+     * request is usually there already and its answer goes out at once. */
+    uint8_t waited;
+} fdinfo;
+
+/* A Weft::Scheduler (the TypedData of scheduler.c). */
+struct rsched {
+    weft__reactor r;           /* the reactor, live while r_live          */
+    VALUE thread;              /* the owner thread (bound at first use)   */
+    VALUE loop_fiber;          /* the fiber running the loop, or Qnil     */
+    weft__list all;            /* rwait.anode: every wait               */
+    weft__list ready;          /* rwait.rnode: completed, to dispatch    */
+    st_table *waiting;         /* fiber -> rwait*                        */
+    /* Fibers inside #exclusive (fiber -> depth) and their count: while
+     * one of them waits for I/O, a timer or a file op, the reactor runs
+     * on that fiber and no other fiber is switched into (wait_inline). */
+    st_table *pins;
+    long npins;
+    /* Fibers this scheduler started (Fiber.schedule) and that have not
+     * ended: only these are in a resume chain of the scheduler's making
+     * (see "switching" in loop.c). */
+    st_table *own;
+    weft__list intrs;          /* rintr.node: pending interrupts         */
+    fdinfo *fdi;               /* per-descriptor state, by fd number     */
+    int nfdi;                  /* entries in fdi                          */
+    pthread_mutex_t lock;      /* closed/r_live against other threads    */
+    unsigned fork_gen;         /* weft__rb_fork_generation when made/reset */
+    unsigned epoch;            /* bumped by a fork or an abandon: older
+                                * waits and interrupts are forgotten     */
+    pid_t pid;                 /* the process it was made (or reset) in   */
+    int handoffs;              /* direct fiber-to-fiber hand-offs in a row */
+    uint64_t ticks;            /* loop dispatches, for POLL_EVERY         */
+    uint64_t ring_ops;         /* transfer-hook ring ops submitted        */
+    weft_backend_t backend;    /* the backend asked for at #initialize    */
+    weft__timer sweep_timer;   /* bounds a blocking poll while fds wait  */
+    int64_t next_sweep;        /* when the closed-IO sweep runs next      */
+    /* How the fiber now running was entered by this scheduler: `entered`
+     * is the fiber the scheduler last switched into, `entered_chained`
+     * whether that was a resume (Fiber.schedule) whose resumer expects it
+     * back at its first wait. A running fiber that is not `entered` was
+     * switched into by someone else (Fiber#resume, Fiber#raise). */
+    VALUE entered;
+    bool entered_chained;
+    /* Fibers that died with an exception: the first one is raised by
+     * #run / #close once every fiber has ended (then forgotten); `fatal`
+     * (SystemExit, a signal) stops every fiber first. */
+    VALUE first_error, fatal;
+    bool report;               /* report_on_exception                    */
+    /* Ruby 3.1 split-write detection (fdinfo.w_owner): the last hook call
+     * that was a completed io_write (its hook_seq), by whom, on which
+     * descriptor. hook_seq counts hook calls (weft__rb_get_sched). */
+    uint64_t hook_seq, lw_seq;
+    VALUE lw_fiber;
+    int lw_fd;
+    /* The last transfer hook that found its descriptor not ready (-EAGAIN
+     * with nothing moved): when, by whom (a key, never dereferenced), on
+     * which descriptor, for which event (see io_wait in wait.c). */
+    uint64_t ea_seq;
+    VALUE ea_fiber;
+    int ea_fd, ea_ev;
+    int closing;               /* close attempts begun (see s_close)     */
+    unsigned stops;            /* stop_all calls so far (see start_body) */
+    bool bound;                /* a hook ran on `thread`: owned for good */
+    bool r_live;               /* the reactor is set up                   */
+    bool running;              /* a loop runs (on loop_fiber)             */
+    bool closed;               /* closed: no post is accepted any more    */
+    bool close_pending;        /* #close was called inside the loop       */
+};
+
+#define RW_OF(n, member) ((n) ? weft__container((n), rwait, member) : NULL)
+#define INTR_OF(n) ((n) ? weft__container((n), rintr, node) : NULL)
+
+/* Regular files (see fileop.c): a positioned ring op of this many bytes or
+ * more is IOSQE_ASYNC; a transfer at the file position (or any, on epoll
+ * and poll) of this many bytes or more goes to the offload pool. */
+#define FILE_ASYNC_MIN (64 * 1024)
+#define FILE_OFFLOAD_MIN (64 * 1024)
+/* Each op moves at most this much (a short transfer, which the hooks may
+ * return): a worker that copies for tens of milliseconds on one of two
+ * cores starves the thread Ruby 3.1 needs to hand its GVL back. */
+#define FILE_CHUNK (1024 * 1024)
+
+/* One regular-file transfer run by a worker (weft__rb_file_offload). */
+struct fileop {
+    weft__rjob job;     /* the offload pool's job                           */
+    int fd;             /* the descriptor                                   */
+    int op;             /* OP_READ, OP_WRITE, OP_PREAD or OP_PWRITE         */
+    void *buf;          /* the bytes (the locked IO::Buffer's memory)       */
+    size_t len;         /* how many, at most                                */
+    off_t off;          /* the file offset of OP_PREAD and OP_PWRITE        */
+    ssize_t res;        /* the system call's return value                   */
+    int err;            /* its errno when res < 0                           */
+};
+
+/* Shared Ruby objects, set by Init_weft. */
+extern VALUE weft__rb_eError;   /* Weft::Error                            */
+extern VALUE weft__rb_eStop;    /* Weft::Stop: ends a fiber quietly       */
+extern VALUE weft__rb_cFiber;   /* Fiber                                  */
+
+/* scheduler.c */
+extern volatile unsigned weft__rb_fork_generation; /* forks seen so far */
+rsched *weft__rb_get_raw(VALUE self);   /* the struct, whatever its state */
+rsched *weft__rb_get_sched(VALUE self); /* for a hook: bound, live, forked */
+rsched *weft__rb_ours(VALUE sched);     /* NULL if @sched is not ours     */
+void weft__rb_fork_reset(rsched *s);
+void weft__rb_finalize(rsched *s);
+
+/* In a forked child, forget the parent's waits and reactor. */
+static inline void weft__rb_check_fork(rsched *s)
+{
+    if (RB_UNLIKELY(s->fork_gen != weft__rb_fork_generation))
+        weft__rb_fork_reset(s);
+}
+
+/* loop.c */
+void weft__rb_rw_begin(rsched *s, rwait *rw, int kind);
+void weft__rb_rw_end(rwait *rw);
+rwait *weft__rb_waiting_of(rsched *s, VALUE fiber);
+bool weft__rb_io_closed(VALUE io);
+void weft__rb_run_loop(rsched *s, rwait *until, VALUE until_fiber);
+void weft__rb_wait_for(rsched *s, rwait *rw);
+VALUE weft__rb_wait_body(VALUE rw);
+int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield);
+
+/* intr.c */
+void weft__rb_deliver_interrupts(rsched *s, VALUE fiber);
+bool weft__rb_intr_pending(rsched *s, VALUE fiber);
+VALUE weft__rb_stop_exception(const char *why);
+long weft__rb_stop_all(rsched *s, VALUE exc);
+
+/* wait.c */
+int64_t weft__rb_to_deadline(VALUE t);
+int weft__rb_io_fd(VALUE io);
+fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io);
+int weft__rb_poll_now(int fd, int events);
+int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline);
+int64_t weft__rb_io_timeout_deadline(VALUE io, bool *set);
+__attribute__((noreturn)) void weft__rb_raise_io_timeout(int events);
+
+/* writer.c */
+void weft__rb_owner_release(rsched *s, int fd);
+
+/* transfer.c */
+VALUE weft__rb_do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
+                     size_t offset, off_t from, int op);
+
+/* ring.c */
+bool weft__rb_lock_buffer(VALUE buffer);
+int weft__rb_ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
+                     int64_t deadline);
+
+/* fileop.c */
+ssize_t weft__rb_file_offload(rsched *s, VALUE buffer, struct fileop *f);
+
+/* fiber.c */
+void weft__rb_raise_pending(rsched *s);
+
+/* Each file's hooks and objects, defined on Weft::Scheduler by Init_weft. */
+void weft__rb_init_loop(VALUE klass);
+void weft__rb_init_intr(VALUE klass);
+void weft__rb_init_wait(VALUE klass);
+void weft__rb_init_writer(VALUE klass);
+void weft__rb_init_transfer(VALUE klass);
+void weft__rb_init_select(VALUE klass);
+void weft__rb_init_fiber(VALUE klass);
+void weft__http_init(void); /* http.c: Weft::HTTP, for Weft::Server */
+
+#endif

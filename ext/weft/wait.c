@@ -1,0 +1,355 @@
+/*
+ * wait.c — descriptors and the hooks that only wait. What the extension
+ * knows of a descriptor (weft__rb_fd_prepare), waiting for one to be
+ * ready (weft__rb_wait_fd, io_wait), IO#timeout, io_close; and the waits
+ * that are no I/O: kernel_sleep, block and unblock (Mutex, Queue, join).
+ */
+#include "rsched.h"
+
+#include <fcntl.h>
+#include <math.h>
+
+static VALUE eIOTimeout;
+/* BasicSocket, once the socket library has defined it (Qnil until then). */
+static VALUE basic_socket = Qnil;
+
+/* ---- descriptors --------------------------------------------------------- */
+
+/* Absolute deadline from a Ruby timeout (nil = forever). */
+int64_t weft__rb_to_deadline(VALUE t)
+{
+    if (NIL_P(t))
+        return WEFT_FOREVER;
+    if (!RB_INTEGER_TYPE_P(t) && !RB_FLOAT_TYPE_P(t) &&
+        !rb_obj_is_kind_of(t, rb_cNumeric))
+        rb_raise(rb_eTypeError, "timeout must be nil or a Numeric, not %s",
+                 rb_obj_classname(t));
+    double d = NUM2DBL(t);
+    if (isnan(d) || d < 0)
+        rb_raise(rb_eArgError, "timeout must not be negative");
+    if (d == 0)
+        return 0;
+    if (d > 9.0e9)
+        return INT64_MAX;
+    return weft_deadline_in((int64_t)(d * 1e9));
+}
+
+/* The descriptor of @io (an IO or something with #to_io). */
+int weft__rb_io_fd(VALUE io)
+{
+    VALUE x = rb_io_get_io(io); /* TypeError for non-IO objects */
+    return rb_io_descriptor(x);  /* IOError for a closed stream */
+}
+
+/* Whether @io is a BasicSocket (so its descriptor is a socket). */
+static bool is_socket_object(VALUE io)
+{
+    if (NIL_P(basic_socket)) {
+        ID id = rb_intern("BasicSocket");
+        if (!rb_const_defined_at(rb_cObject, id))
+            return false;
+        VALUE c = rb_const_get_at(rb_cObject, id);
+        if (!RB_TYPE_P(c, T_CLASS))
+            return false;
+        basic_socket = c;
+    }
+    return RTEST(rb_obj_is_kind_of(io, basic_socket));
+}
+
+/* The extension's state for @fd, on which @io was seen (grown as needed).
+ * The reactor's per-fd state outlives a Ruby IO: when another IO object
+ * shows up on a descriptor number with no waiter, treat it as a new
+ * descriptor (drops a stale epoll registration, bumps the generation). */
+fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io)
+{
+    if (fd < 0)
+        rb_syserr_fail(EBADF, "weft: bad descriptor");
+    io = rb_io_get_io(io);
+    if (fd >= s->nfdi) {
+        int n = s->nfdi ? s->nfdi : 64;
+        while (n <= fd)
+            n *= 2;
+        REALLOC_N(s->fdi, fdinfo, n);
+        for (int i = s->nfdi; i < n; i++) {
+            s->fdi[i].io = Qnil;
+            s->fdi[i].w_owner = Qnil;
+            s->fdi[i].w_waiters = (weft__list){NULL, NULL};
+            s->fdi[i].waited = 0;
+        }
+        s->nfdi = n;
+    }
+    fdinfo *fi = &s->fdi[fd];
+    if (fi->io != io) {
+        weft__fdstate *st = weft__fd(&s->r, fd);
+        if (!st)
+            rb_memerror();
+        /* Waiters left by an IO that was closed under them (the number was
+         * reused since): they get EBADF; the new IO starts afresh. */
+        if (!weft__list_empty(&st->waits) && (NIL_P(fi->io) || weft__rb_io_closed(fi->io)))
+            weft__reactor_fd_close(&s->r, fd, -EBADF);
+        if (weft__list_empty(&st->waits))
+            weft__reactor_fd_new(&s->r, fd);
+        if (!NIL_P(fi->w_owner))
+            weft__rb_owner_release(s, fd); /* its writer's IO is gone */
+        fi->io = io;
+        fi->waited = 0;
+        /* What the descriptor is: the reactor's one classification. A
+         * BasicSocket is a socket (Ruby checked when it made the object,
+         * and IO#reopen changes the class with the descriptor), and a
+         * socket's O_NONBLOCK is never consulted (its transfers use
+         * MSG_DONTWAIT): the fstat and the fcntl are two system calls per
+         * accepted connection that a server under churn would pay. */
+        if (is_socket_object(io)) {
+            s->r.fds[fd].kind = WEFT__FD_SOCKET;
+        } else {
+            (void)weft__fd_kind(&s->r, fd);
+            int fl = fcntl(fd, F_GETFL);
+            s->r.fds[fd].nonblock = fl >= 0 && (fl & O_NONBLOCK);
+        }
+    }
+    return fi;
+}
+
+/* Readiness right now (zero-timeout poll): the mask of @events ready, with
+ * every requested event reported on error/hang-up; -EBADF if invalid. */
+int weft__rb_poll_now(int fd, int events)
+{
+    int rc = weft__ready_now(fd, (uint32_t)events);
+    return rc > 0 ? rc & events : rc;
+}
+
+/* Wait until @fd is ready for @events or @deadline: ready mask or -errno. */
+int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline)
+{
+    rwait rw;
+    weft__rb_rw_begin(s, &rw, RW_IO);
+    int rc = weft__wait_arm_deadline(&rw.w, deadline);
+    if (rc == 0)
+        rc = weft__wait_arm_fd(&rw.w, fd, (uint32_t)events);
+    if (rc < 0)
+        weft__wait_complete(&rw.w, rc);
+    rc = weft__rb_rw_wait(s, &rw, false);
+    if (rc > 0 && (rc & (WEFT_ERROR | WEFT_HANGUP)))
+        rc = events;
+    else if (rc > 0)
+        rc &= events;
+    return rc;
+}
+
+/* ---- io_wait, IO#timeout, io_close ---------------------------------------- */
+
+/* The IO's own timeout (IO#timeout, Ruby >= 3.2) as a deadline, or
+ * WEFT_FOREVER. *@set tells whether there was one. */
+int64_t weft__rb_io_timeout_deadline(VALUE io, bool *set)
+{
+    *set = false;
+#ifdef HAVE_RB_IO_TIMEOUT
+    VALUE t = rb_io_timeout(rb_io_get_io(io));
+    if (!NIL_P(t)) {
+        *set = true;
+        return weft__rb_to_deadline(t);
+    }
+#else
+    (void)io;
+#endif
+    return WEFT_FOREVER;
+}
+
+/* What Ruby raises when an IO's own timeout passes (IO::TimeoutError, Ruby
+ * >= 3.2). */
+void weft__rb_raise_io_timeout(int events)
+{
+    if (NIL_P(eIOTimeout))
+        rb_syserr_fail(ETIMEDOUT, "IO timeout");
+    rb_raise(eIOTimeout, "Timed out waiting for IO to become %s!",
+             events & WEFT_WRITABLE ? "writable" : "readable");
+}
+
+struct iowait_arg {
+    rsched *s;
+    int fd, ev;
+    int64_t deadline;
+    int rc;
+};
+
+static VALUE iowait_body(VALUE p)
+{
+    struct iowait_arg *a = (struct iowait_arg *)p;
+    a->rc = weft__rb_wait_fd(a->s, a->fd, a->ev, a->deadline);
+    return Qnil;
+}
+
+/* io_wait(io, events, timeout) -> ready events (Integer) or false. A nil
+ * timeout means the IO's own (IO#timeout, Ruby 3.2+): IO::TimeoutError
+ * when it passes. */
+static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
+{
+    rsched *s = weft__rb_get_sched(self);
+    int fd = weft__rb_io_fd(io);
+    int ev = NUM2INT(events) & (WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE);
+    if (!ev)
+        rb_raise(rb_eArgError, "io_wait: no events requested");
+    bool io_tmo = false;
+    int64_t deadline = NIL_P(timeout) ? weft__rb_io_timeout_deadline(io, &io_tmo)
+                                      : weft__rb_to_deadline(timeout);
+    VALUE cur = rb_fiber_current();
+    if (!weft__list_empty(&s->intrs))
+        weft__rb_deliver_interrupts(s, cur);
+    /* epoll is edge-triggered: look first. A ring's POLL_ADD checks the
+     * current state when it is submitted, so there the look is a wasted
+     * system call for reads unless the caller will not wait at all; a
+     * write rarely has to wait, and one that follows a split write must
+     * not switch fibers needlessly. No look either right after this
+     * fiber's transfer hook found the descriptor not ready (Ruby calls
+     * io_wait at once after -EAGAIN, no other hook and no poll between):
+     * whatever changes after that attempt reaches the wait — a ring POLL
+     * checks at submission, epoll reports current readiness when the
+     * descriptor is added or modified and an edge for every change after,
+     * poll() is level-triggered. That saves a poll(2) per request of a
+     * keep-alive server on epoll. */
+    bool after_eagain = s->ea_seq + 1 == s->hook_seq && s->ea_fd == fd &&
+                        s->ea_ev == ev && s->ea_fiber == cur;
+    int rc = deadline == 0 || (!after_eagain &&
+                               (!weft__reactor_has_ops(&s->r) || (ev & WEFT_WRITABLE)))
+                 ? weft__rb_poll_now(fd, ev) : 0;
+    if (rc == 0 && deadline != 0) {
+        fdinfo *fi = weft__rb_fd_prepare(s, fd, io);
+        fi->waited = 1;
+        bool split = ev == WEFT_WRITABLE && s->lw_fiber == cur && s->lw_fd == fd &&
+                     s->hook_seq == s->lw_seq + 1 &&
+                     (NIL_P(fi->w_owner) || fi->w_owner == cur);
+        if (!split) {
+            rc = weft__rb_wait_fd(s, fd, ev, deadline);
+        } else {
+            fi->w_owner = cur; /* while this wait lasts */
+            struct iowait_arg a = {s, fd, ev, deadline, 0};
+            int state = 0;
+            rb_protect(iowait_body, (VALUE)&a, &state);
+            rc = a.rc;
+            weft__rb_owner_release(s, fd);
+            if (state)
+                rb_jump_tag(state);
+        }
+    }
+    if (rc > 0)
+        return INT2NUM(rc);
+    /* The IO's own timeout passed (no explicit one was given): raise, as
+     * Ruby does for its own blocking calls without a scheduler (and as
+     * Async does); an explicit timeout is the caller's to handle. */
+    if (rc == -ETIMEDOUT && io_tmo)
+        weft__rb_raise_io_timeout(ev);
+    if (rc == 0 || rc == -ETIMEDOUT)
+        return Qfalse;
+    if (rc == -EBADF)
+        rb_raise(rb_eIOError, "closed stream");
+    rb_syserr_fail(-rc, "io_wait");
+    return Qnil;
+}
+
+/* io_close(fd) (4.0) or io_close(io): wake its waiters with EBADF and drop
+ * the reactor's state before the descriptor is released. */
+static VALUE s_io_close(VALUE self, VALUE io)
+{
+    rsched *s = weft__rb_get_sched(self);
+    int fd = RB_INTEGER_TYPE_P(io) ? NUM2INT(io) : rb_io_descriptor(rb_io_get_io(io));
+    if (fd < 0)
+        return Qfalse;
+    weft__reactor_fd_close(&s->r, fd, -EBADF);
+    if (fd < s->nfdi)
+        s->fdi[fd].io = Qnil;
+    return Qtrue;
+}
+
+
+/* ---- sleep, block, unblock ------------------------------------------------ */
+
+/* kernel_sleep(duration = nil) */
+static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
+{
+    rb_check_arity(argc, 0, 1);
+    rsched *s = weft__rb_get_sched(self);
+    int64_t deadline = weft__rb_to_deadline(argc ? argv[0] : Qnil);
+    rwait rw;
+    weft__rb_rw_begin(s, &rw, RW_SLEEP);
+    if (deadline == 0)
+        weft__wait_complete(&rw.w, 0); /* sleep(0): just yield */
+    else
+        (void)weft__wait_arm_deadline(&rw.w, deadline);
+    weft__rb_rw_wait(s, &rw, true);
+    return Qtrue;
+}
+
+/* block(blocker, timeout = nil) -> true if unblocked, false on timeout */
+static VALUE s_block(int argc, VALUE *argv, VALUE self)
+{
+    rb_check_arity(argc, 1, 2);
+    rsched *s = weft__rb_get_sched(self);
+    int64_t deadline = weft__rb_to_deadline(argc > 1 ? argv[1] : Qnil);
+    rwait rw;
+    weft__rb_rw_begin(s, &rw, RW_BLOCK);
+    (void)weft__wait_arm_deadline(&rw.w, deadline);
+    int rc = weft__rb_rw_wait(s, &rw, true);
+    return rc == -ETIMEDOUT || rc == -EAGAIN ? Qfalse : Qtrue; /* -EAGAIN: timeout 0 */
+}
+
+static void unblock_local(rsched *s, VALUE fiber)
+{
+    rwait *rw = weft__rb_waiting_of(s, fiber);
+    if (rw && (rw->kind == RW_BLOCK || rw->kind == RW_SLEEP) && rw->w.active)
+        weft__wait_complete(&rw->w, 0);
+}
+
+typedef struct unblock_msg {
+    rsched *s;
+    VALUE fiber; /* used as a key only, never dereferenced */
+} unblock_msg;
+
+/* Runs on the loop thread (maybe without the GVL). */
+static void unblock_post(void *p)
+{
+    unblock_msg *m = p;
+    unblock_local(m->s, m->fiber);
+    free(m);
+}
+
+/* unblock(blocker, fiber): thread-safe. */
+static VALUE s_unblock(VALUE self, VALUE blocker, VALUE fiber)
+{
+    (void)blocker;
+    rsched *s = weft__rb_get_raw(self);
+    if (s->thread == rb_thread_current()) {
+        weft__rb_check_fork(s);
+        if (s->r_live)
+            unblock_local(s, fiber);
+        return Qnil;
+    }
+    unblock_msg *m = malloc(sizeof *m);
+    if (!m)
+        rb_memerror();
+    m->s = s;
+    m->fiber = fiber;
+    int rc = -ESHUTDOWN;
+    pthread_mutex_lock(&s->lock);
+    if (s->r_live && !s->closed)
+        rc = weft__reactor_post(&s->r, unblock_post, m);
+    pthread_mutex_unlock(&s->lock);
+    if (rc < 0)
+        free(m);
+    return Qnil;
+}
+
+void weft__rb_init_wait(VALUE klass)
+{
+    rb_gc_register_address(&basic_socket);
+    /* IO::TimeoutError (Ruby >= 3.2): what IO#timeout raises */
+    eIOTimeout = Qnil;
+    if (rb_const_defined(rb_cIO, rb_intern("TimeoutError"))) {
+        eIOTimeout = rb_const_get(rb_cIO, rb_intern("TimeoutError"));
+        rb_gc_register_mark_object(eIOTimeout);
+    }
+    rb_define_method(klass, "io_wait", s_io_wait, 3);
+    rb_define_method(klass, "io_close", s_io_close, 1);
+    rb_define_method(klass, "kernel_sleep", s_kernel_sleep, -1);
+    rb_define_method(klass, "block", s_block, -1);
+    rb_define_method(klass, "unblock", s_unblock, 2);
+}
