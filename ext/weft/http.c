@@ -1,8 +1,10 @@
 /*
  * http.c — Weft::HTTP: the request-head parser of contrib/http (the C
  * example server's, fuzzed, with its request-smuggling rules) bound to
- * Ruby for Weft::Server, writing a Rack environment Hash directly, and a
- * decoder for chunked request bodies.
+ * Ruby for Weft::Server, writing a Rack environment Hash directly; and
+ * Weft::HTTP itself (weft__http_init), with its other parts in
+ * http_chunked.c (chunked request bodies) and http_poller.c (parked
+ * connections).
  *
  *   parser = Weft::HTTP::Parser.new(max_head: 16384, ...)
  *   n = parser.parse(buffer, env)   # Integer > 0: head length
@@ -19,14 +21,11 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <sys/epoll.h>
-#endif
 
+#include "http.h"
 #include "http_parse.h"
 
-static VALUE cParser, cChunked;
+static VALUE cParser;
 
 /* Frozen, interned env keys and method names, made once (marked forever). */
 static VALUE k_request_method, k_path_info, k_query_string, k_request_uri,
@@ -150,7 +149,7 @@ static parser *get_parser(VALUE self)
     return rb_check_typeddata(self, &parser_type);
 }
 
-static uint64_t opt_u64(VALUE opts, const char *name, uint64_t dflt)
+uint64_t weft__http_opt_u64(VALUE opts, const char *name, uint64_t dflt)
 {
     VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern(name)));
     if (NIL_P(v))
@@ -180,14 +179,14 @@ static VALUE parser_initialize(int argc, VALUE *argv, VALUE self)
     rb_scan_args(argc, argv, "0:", &opts);
     if (NIL_P(opts))
         return self;
-    ps->lim.max_request_line = (size_t)opt_u64(opts, "max_request_line", ps->lim.max_request_line);
-    ps->lim.max_header_line = (size_t)opt_u64(opts, "max_header_line", ps->lim.max_header_line);
-    ps->lim.max_head = (size_t)opt_u64(opts, "max_head", ps->lim.max_head);
-    uint64_t mh = opt_u64(opts, "max_headers", ps->lim.max_headers);
+    ps->lim.max_request_line = (size_t)weft__http_opt_u64(opts, "max_request_line", ps->lim.max_request_line);
+    ps->lim.max_header_line = (size_t)weft__http_opt_u64(opts, "max_header_line", ps->lim.max_header_line);
+    ps->lim.max_head = (size_t)weft__http_opt_u64(opts, "max_head", ps->lim.max_head);
+    uint64_t mh = weft__http_opt_u64(opts, "max_headers", ps->lim.max_headers);
     if (mh > HTTP_MAX_HEADERS)
         rb_raise(rb_eArgError, "max_headers must be at most %d", HTTP_MAX_HEADERS);
     ps->lim.max_headers = (unsigned)mh;
-    ps->lim.max_body = opt_u64(opts, "max_body", ps->lim.max_body);
+    ps->lim.max_body = weft__http_opt_u64(opts, "max_body", ps->lim.max_body);
     VALUE v;
     if (!NIL_P(v = rb_hash_aref(opts, ID2SYM(rb_intern("server_name")))))
         ps->server_name = rb_str_new_frozen(StringValue(v));
@@ -439,350 +438,6 @@ static VALUE parser_head_p(VALUE self)
 }
 
 /* ------------------------------------------------------------------ */
-/* Chunked request bodies (RFC 9112 7.1)                               */
-
-enum {
-    CK_SIZE,      /* hex digits of chunk-size                         */
-    CK_EXT,       /* chunk-ext up to CR                               */
-    CK_SIZE_LF,   /* LF after the size line                           */
-    CK_DATA,      /* chunk-data: left bytes to copy                   */
-    CK_DATA_CR,   /* CR after the data                                */
-    CK_DATA_LF,   /* LF after the data                                */
-    CK_TRAILER,   /* at the start of a trailer line (or the last CRLF) */
-    CK_TRAILER_LINE,
-    CK_TRAILER_LF,
-    CK_END_LF,    /* LF of the final CRLF                             */
-    CK_DONE,
-};
-
-typedef struct chunked {
-    int state;
-    int digits;       /* hex digits of the current size                */
-    uint64_t left;    /* bytes of chunk-data still to come             */
-    uint64_t total;   /* decoded bytes so far                          */
-    uint64_t max;     /* decoded bytes allowed                         */
-    size_t line;      /* bytes of the current size/ext or trailer line */
-    size_t trailers;  /* bytes of trailer section                      */
-    size_t max_line;  /* limit of a size line and of the trailers      */
-} chunked;
-
-static const rb_data_type_t chunked_type = {
-    .wrap_struct_name = "Weft::HTTP::Chunked",
-    .function = {.dfree = RUBY_TYPED_DEFAULT_FREE},
-    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
-};
-
-static VALUE chunked_alloc(VALUE klass)
-{
-    chunked *ck;
-    VALUE obj = TypedData_Make_Struct(klass, chunked, &chunked_type, ck);
-    ck->max = UINT64_MAX;
-    ck->max_line = 16384;
-    return obj;
-}
-
-static chunked *get_chunked(VALUE self)
-{
-    return rb_check_typeddata(self, &chunked_type);
-}
-
-/*
- * Chunked.new(max_body: nil, max_line: 16384)
- *
- * A decoder for one chunked body. max_body bounds the decoded size (-413
- * beyond it); max_line bounds a chunk-size line with its extensions and,
- * separately, the whole trailer section (-400 beyond either).
- */
-static VALUE chunked_initialize(int argc, VALUE *argv, VALUE self)
-{
-    chunked *ck = get_chunked(self);
-    VALUE opts = Qnil;
-    rb_scan_args(argc, argv, "0:", &opts);
-    if (!NIL_P(opts)) {
-        VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern("max_body")));
-        if (!NIL_P(v))
-            ck->max = NUM2ULL(v);
-        ck->max_line = (size_t)opt_u64(opts, "max_line", ck->max_line);
-    }
-    return self;
-}
-
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = lower(c);
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* Decode @src[0..@n) into @dst; returns the bytes of @src consumed (less
- * than @n only once the body has ended) or -status. Strict where laxness
- * lets two parsers disagree on where the body ends: CRLF only, no
- * whitespace before the size, at most 15 hex digits, no control bytes in
- * extensions or trailers. */
-static long chunked_run(chunked *ck, const unsigned char *src, size_t n, VALUE dst)
-{
-    size_t i = 0;
-    while (i < n && ck->state != CK_DONE) {
-        unsigned char c = src[i];
-        switch (ck->state) {
-        case CK_SIZE: {
-            int h = hexval(c);
-            if (h >= 0) {
-                if (++ck->digits > 15)
-                    return -400;
-                ck->left = ck->left * 16 + (uint64_t)h;
-                i++;
-                break;
-            }
-            if (ck->digits == 0)
-                return -400;
-            if (c == ';' || c == ' ' || c == '\t') {
-                ck->state = CK_EXT;
-                ck->line = ck->digits;
-                break; /* the byte is looked at again as part of the ext */
-            }
-            if (c != '\r')
-                return -400;
-            ck->state = CK_SIZE_LF;
-            i++;
-            break;
-        }
-        case CK_EXT:
-            if (c == '\r') {
-                ck->state = CK_SIZE_LF;
-            } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
-                return -400;
-            } else if (++ck->line > ck->max_line) {
-                return -400;
-            }
-            i++;
-            break;
-        case CK_SIZE_LF:
-            if (c != '\n')
-                return -400;
-            i++;
-            if (ck->left == 0) {
-                ck->state = CK_TRAILER;
-            } else {
-                if (ck->left > ck->max - ck->total)
-                    return -413;
-                ck->state = CK_DATA;
-            }
-            break;
-        case CK_DATA: {
-            size_t take = n - i;
-            if ((uint64_t)take > ck->left)
-                take = (size_t)ck->left;
-            rb_str_cat(dst, (const char *)src + i, (long)take);
-            i += take;
-            ck->left -= take;
-            ck->total += take;
-            if (ck->left == 0)
-                ck->state = CK_DATA_CR;
-            break;
-        }
-        case CK_DATA_CR:
-            if (c != '\r')
-                return -400;
-            ck->state = CK_DATA_LF;
-            i++;
-            break;
-        case CK_DATA_LF:
-            if (c != '\n')
-                return -400;
-            ck->state = CK_SIZE;
-            ck->digits = 0;
-            ck->left = 0;
-            i++;
-            break;
-        case CK_TRAILER:
-            if (c == '\r') {
-                ck->state = CK_END_LF;
-                i++;
-                break;
-            }
-            ck->state = CK_TRAILER_LINE;
-            /* fallthrough */
-        case CK_TRAILER_LINE:
-            if (c == '\r') {
-                ck->state = CK_TRAILER_LF;
-            } else if (c == '\n' || c == 0 || c == 0x7f || (c < 0x20 && c != '\t')) {
-                return -400;
-            } else if (++ck->trailers > ck->max_line) {
-                return -400;
-            }
-            i++;
-            break;
-        case CK_TRAILER_LF:
-            if (c != '\n')
-                return -400;
-            ck->state = CK_TRAILER;
-            i++;
-            break;
-        case CK_END_LF:
-            if (c != '\n')
-                return -400;
-            ck->state = CK_DONE;
-            i++;
-            break;
-        default:
-            break;
-        }
-    }
-    return (long)i;
-}
-
-/*
- * chunked.feed(src, dst) -> Integer
- *
- * Decode the bytes of +src+ (a String; the body as it arrives), appending
- * the data to +dst+ (a binary String). Returns how many bytes of +src+
- * belong to the body: all of them until the body ends; fewer once it has
- * (what follows is the next request). A negative answer is -status (-400
- * malformed, -413 over max_body): the connection must then be closed.
- * Trailer fields are checked and dropped.
- */
-static VALUE chunked_feed(VALUE self, VALUE src, VALUE dst)
-{
-    chunked *ck = get_chunked(self);
-    StringValue(src);
-    StringValue(dst);
-    rb_str_modify(dst);
-    long rc = chunked_run(ck, (const unsigned char *)RSTRING_PTR(src),
-                          (size_t)RSTRING_LEN(src), dst);
-    RB_GC_GUARD(src);
-    return LONG2NUM(rc);
-}
-
-/* chunked.done? -> true once the last chunk and the trailers are in. */
-static VALUE chunked_done_p(VALUE self)
-{
-    return get_chunked(self)->state == CK_DONE ? Qtrue : Qfalse;
-}
-
-/* chunked.size -> the decoded bytes so far. */
-static VALUE chunked_size(VALUE self)
-{
-    return ULL2NUM(get_chunked(self)->total);
-}
-
-
-/* ------------------------------------------------------------------ */
-/* Poller: idle keep-alive connections without a fiber each            */
-
-#ifdef __linux__
-/*
- * Weft::HTTP::Poller — an epoll set of sockets, each armed for one
- * readiness (EPOLLONESHOT). Weft::Server parks idle keep-alive
- * connections in it instead of keeping a fiber waiting on each (a Ruby
- * fiber keeps ~25 KB resident); one fiber waits on the set's descriptor
- * through the scheduler and takes the ready ones. The kernel forgets a
- * socket when it is closed.
- */
-typedef struct poller {
-    int epfd;
-} poller;
-
-static void poller_free(void *p)
-{
-    poller *pl = p;
-    if (pl->epfd >= 0)
-        close(pl->epfd);
-    xfree(pl);
-}
-
-static const rb_data_type_t poller_type = {
-    .wrap_struct_name = "Weft::HTTP::Poller",
-    .function = {.dfree = poller_free},
-    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
-};
-
-static VALUE poller_alloc(VALUE klass)
-{
-    poller *pl;
-    VALUE obj = TypedData_Make_Struct(klass, poller, &poller_type, pl);
-    pl->epfd = -1;
-    return obj;
-}
-
-static poller *get_poller(VALUE self)
-{
-    poller *pl = rb_check_typeddata(self, &poller_type);
-    if (pl->epfd < 0)
-        rb_raise(rb_eIOError, "closed Weft::HTTP::Poller");
-    return pl;
-}
-
-/* Poller.new: an empty set (its own epoll descriptor, close-on-exec). */
-static VALUE poller_initialize(VALUE self)
-{
-    poller *pl = rb_check_typeddata(self, &poller_type);
-    pl->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (pl->epfd < 0)
-        rb_sys_fail("epoll_create1");
-    return self;
-}
-
-/* poller.fileno -> the descriptor that is readable when a socket is. */
-static VALUE poller_fileno(VALUE self)
-{
-    return INT2NUM(get_poller(self)->epfd);
-}
-
-/* poller.add(fd) -> self: report +fd+ once when it is readable (or hung
- * up). Adding it again re-arms it. */
-static VALUE poller_add(VALUE self, VALUE fdv)
-{
-    poller *pl = get_poller(self);
-    int fd = NUM2INT(fdv);
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
-    ev.data.fd = fd;
-    if (epoll_ctl(pl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
-        if (errno != ENOENT || epoll_ctl(pl->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-            rb_sys_fail("epoll_ctl");
-    }
-    return self;
-}
-
-/* poller.ready(max) -> [fd, ...]: the sockets that became ready, without
- * waiting (wait for #fileno to be readable first). */
-static VALUE poller_ready(VALUE self, VALUE maxv)
-{
-    poller *pl = get_poller(self);
-    int max = NUM2INT(maxv);
-    if (max <= 0 || max > 1024)
-        max = 1024;
-    struct epoll_event evs[1024];
-    int n;
-    do
-        n = epoll_wait(pl->epfd, evs, max, 0);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        rb_sys_fail("epoll_wait");
-    VALUE out = rb_ary_new_capa(n);
-    for (int i = 0; i < n; i++)
-        rb_ary_push(out, INT2NUM(evs[i].data.fd));
-    return out;
-}
-
-/* poller.close -> nil */
-static VALUE poller_close(VALUE self)
-{
-    poller *pl = rb_check_typeddata(self, &poller_type);
-    if (pl->epfd >= 0) {
-        close(pl->epfd);
-        pl->epfd = -1;
-    }
-    return Qnil;
-}
-#endif
-
-/* ------------------------------------------------------------------ */
 
 /* Weft::HTTP.reason(status) -> the reason phrase ("Not Found"). */
 static VALUE http_reason_phrase(VALUE mod, VALUE status)
@@ -838,24 +493,9 @@ void weft__http_init(void)
     rb_define_method(cParser, "version_minor", parser_version_minor, 0);
     rb_define_method(cParser, "head?", parser_head_p, 0);
 
-    cChunked = rb_define_class_under(mHTTP, "Chunked", rb_cObject);
-    rb_define_alloc_func(cChunked, chunked_alloc);
-    rb_define_method(cChunked, "initialize", chunked_initialize, -1);
-    rb_define_method(cChunked, "feed", chunked_feed, 2);
-    rb_define_method(cChunked, "done?", chunked_done_p, 0);
-    rb_define_method(cChunked, "size", chunked_size, 0);
+    weft__http_chunked_init(mHTTP);
 
     rb_define_module_function(mHTTP, "reason", http_reason_phrase, 1);
-#ifdef __linux__
-    VALUE cPoller = rb_define_class_under(mHTTP, "Poller", rb_cObject);
-    rb_define_alloc_func(cPoller, poller_alloc);
-    rb_define_method(cPoller, "initialize", poller_initialize, 0);
-    rb_define_method(cPoller, "fileno", poller_fileno, 0);
-    rb_define_method(cPoller, "add", poller_add, 1);
-    rb_define_method(cPoller, "ready", poller_ready, 1);
-    rb_define_method(cPoller, "close", poller_close, 0);
-    rb_gc_register_mark_object(cPoller);
-#endif
+    weft__http_poller_init(mHTTP);
     rb_gc_register_mark_object(cParser);
-    rb_gc_register_mark_object(cChunked);
 }
