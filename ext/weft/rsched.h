@@ -173,6 +173,13 @@ struct rsched {
     uint64_t hook_seq, lw_seq;
     VALUE lw_fiber;
     int lw_fd;
+    /* The last io_wait that held a descriptor's writer role for a split
+     * write (its hook_seq), by whom (a key, never dereferenced), on which
+     * descriptor: the fiber's next hook call, if it is an io_write there,
+     * is the rest of that write (see writer.c). */
+    uint64_t sw_seq;
+    VALUE sw_fiber;
+    int sw_fd;
     /* The last transfer hook that found its descriptor not ready (-EAGAIN
      * with nothing moved): when, by whom (a key, never dereferenced), on
      * which descriptor, for which event (see io_wait in wait.c). */

@@ -129,6 +129,7 @@ static VALUE s_alloc(VALUE klass)
     s->lw_fiber = Qnil;
     s->lw_fd = -1;
     s->ea_fiber = Qnil;
+    s->sw_fiber = Qnil;
     s->ea_fd = -1;
     s->report = true;
     s->waiting = st_init_numtable();

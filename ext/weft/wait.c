@@ -227,6 +227,9 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
             rb_protect(iowait_body, (VALUE)&a, &state);
             rc = a.rc;
             weft__rb_owner_release(s, fd);
+            s->sw_fiber = cur;
+            s->sw_fd = fd;
+            s->sw_seq = s->hook_seq;
             if (state)
                 rb_jump_tag(state);
         }

@@ -17,7 +17,9 @@
  * fiber becomes the descriptor's writer for as long as that wait lasts:
  * other fibers' io_write calls on it wait. Once the wait is over the
  * writer runs, and nothing else does until its next hook call, which is
- * the rest of the write; so the role ends with the wait. Keeping it any
+ * the rest of the write; so the role ends with the wait, and that next
+ * io_write takes it again (if the rest finds the descriptor full once
+ * more, it keeps the role through the next wait). Keeping it any
  * longer would hang the others when no rest follows: a buffered IO
  * (sync = false) waits for writability inside a flush and then only
  * copies into its buffer. (Ruby 3.2+ holds the IO's write lock across the
@@ -107,7 +109,11 @@ static VALUE s_io_write(int argc, VALUE *argv, VALUE self)
     int fd = weft__rb_io_fd(io);
     VALUE cur = rb_fiber_current();
     weft__rb_fd_prepare(s, fd, io);
-    bool held = s->fdi[fd].w_owner == cur; /* in the middle of a split write */
+    /* In the middle of a split write: this fiber holds the role, or its
+     * previous hook call was the wait that held it (the role ended with
+     * that wait; nothing ran since). */
+    bool held = s->fdi[fd].w_owner == cur ||
+                (s->sw_fiber == cur && s->sw_fd == fd && s->hook_seq == s->sw_seq + 1);
     owner_wait(s, fd, cur);
     s->fdi[fd].w_owner = cur;
     struct write_arg a = {s, argc, argv, fd};
