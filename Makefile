@@ -22,7 +22,9 @@ SAN     ?=
 CTX     ?=
 
 WARN    := -Wall -Wextra -Werror -Wshadow
-CFLAGS_ALL := -std=gnu11 $(OPT) -g $(WARN) -fPIC -Iinclude -D_GNU_SOURCE $(CFLAGS)
+# Frame pointers: weft_dump() walks a parked fiber's saved stack by them
+# (src/fiber/dump.c).
+CFLAGS_ALL := -std=gnu11 $(OPT) -g $(WARN) -fPIC -fno-omit-frame-pointer -Iinclude -D_GNU_SOURCE $(CFLAGS)
 ifneq ($(SAN),)
 CFLAGS_ALL += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS_SAN := -fsanitize=$(SAN)
@@ -157,9 +159,11 @@ $(BUILD)/libweft.so: $(LIB_OBJ) src/weft.map
 	$(CC) -shared -Wl,--version-script=src/weft.map -Wl,-soname,libweft.so.0 \
 	    $(LDFLAGS_SAN) -o $@ $(LIB_OBJ) $(LDLIBS)
 
+# -rdynamic: the programs' own functions get names in weft_dump()'s
+# backtraces and stall reports (dladdr reads the dynamic symbol table).
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -rdynamic -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
 # The HTTP examples and tests share the parser and server in contrib/http/
 # (extra .c prerequisites are compiled in by the rules above and below).
@@ -171,7 +175,7 @@ $(filter $(BUILD)/tests/t_http%,$(TESTS)): $(HTTP_SRC) $(HTTP_HDR)
 
 $(BUILD)/tests/%: test/c/%.c test/c/harness.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(INC_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -rdynamic $(INC_ALL) -Icontrib $(filter %.c,$^) -o $@ $(BUILD)/libweft.a $(LDFLAGS_SAN) $(LDLIBS)
 
 # Database glue and tests (see PG_TESTS above).
 $(BUILD)/examples/pool_demo: contrib/pg/wpg.c contrib/pg/wpg.h

@@ -48,6 +48,7 @@
 
 #include <errno.h>      /* the E* codes that every call returns negated */
 #include <stddef.h>
+#include <stdio.h>      /* FILE: weft_dump() */
 #include <signal.h>     /* sigset_t: weft_signal_*() */
 #include <stdint.h>
 #include <sys/types.h>
@@ -208,7 +209,44 @@ typedef struct weft_stats {
     size_t ops;           /**< io_uring operations still owned by the kernel  */
     uint64_t switches;    /**< context switches so far                        */
     uint64_t spawned;     /**< fibers spawned so far                          */
+    /* Loop health (fields added at the end: older programs see a prefix). */
+    uint64_t ended;       /**< fibers that have finished so far               */
+    size_t peak_fibers;   /**< most fibers alive at once                      */
+    uint64_t iterations;  /**< loop iterations (backend polls, or turns of the
+                               loop that found nothing to poll)               */
+    int64_t busy_ns;      /**< time in weft_sched_run() outside the backend's
+                               wait: running fibers, callbacks, timers        */
+    int64_t wait_ns;      /**< time blocked in the backend's wait
+                               (epoll_wait, poll, io_uring_enter)             */
+    uint64_t timers_fired; /**< deadlines and timers that fired               */
+    /** Waits handed to the backend, by kind (WEFT_OPK_*): a completion op
+     *  (io_uring) or a readiness wait (epoll, poll) each count once;
+     *  WEFT_OPK_TIMEOUT counts deadlines armed. */
+    uint64_t ops_submitted[8];
+    /** Of those, the ones that have ended (completed, timed out, cancelled). */
+    uint64_t ops_completed[8];
+    /** Ready-to-running delay of fibers, in nanoseconds, since the scheduler
+     *  was created: median, 99th percentile (upper bounds of a power-of-two
+     *  histogram bucket) and maximum. The clock is read once per loop
+     *  iteration, so a fiber that runs in the iteration in which it became
+     *  ready counts 0; a delay says how many iterations' worth of time a
+     *  fiber waited on the run queue. */
+    int64_t ready_delay_p50_ns;
+    int64_t ready_delay_p99_ns; /**< see ready_delay_p50_ns */
+    int64_t ready_delay_max_ns; /**< see ready_delay_p50_ns */
+    uint64_t stalls;      /**< stalls seen by the stall detector              */
 } weft_stats_t;
+
+/** Kinds of weft_stats_t.ops_submitted / ops_completed. */
+enum weft_op_kind {
+    WEFT_OPK_READ = 0,    /**< reads, receives, readability waits            */
+    WEFT_OPK_WRITE = 1,   /**< writes, sends, writability waits              */
+    WEFT_OPK_ACCEPT = 2,  /**< accepts (or the readability wait before one)   */
+    WEFT_OPK_CONNECT = 3, /**< connects (or the writability wait of one)      */
+    WEFT_OPK_TIMEOUT = 4, /**< deadlines armed on waits                       */
+    WEFT_OPK_OTHER = 5,   /**< everything else (close, priority polls)        */
+    WEFT_OPK_COUNT = 6    /**< kinds in use (the arrays have room for 8)      */
+};
 
 /**
  * fill @p st with @p s's counters. @return 0 or -EINVAL.
@@ -404,6 +442,209 @@ int weft_fls_set(weft_fls_key_t key, void *value);
 void *weft_fls_get(weft_fls_key_t key);
 
 /** @} */
+/** @} */
+
+/* ------------------------------------------------------------------------ */
+/* Observability                                                            */
+/* ------------------------------------------------------------------------ */
+/** @defgroup debug Observability: fiber dumps and the stall detector
+ *
+ * What every fiber is doing (weft_dump(), weft_fibers_each()), a dump on a
+ * signal (weft_dump_on_signal(), WEFT_DUMP_SIGNAL), and a watchdog that
+ * reports a fiber that runs too long without letting others run
+ * (weft_sched_set_stall(), WEFT_STALL_MS). The loop's health is in
+ * weft_stats_t (weft_sched_stats()).
+ *
+ * Environment, read when a scheduler is created:
+ * @code{.unparsed}
+ *   WEFT_DUMP_SIGNAL=QUIT   dump every fiber to stderr on SIGQUIT (a name,
+ *                           with or without SIG, or a number)
+ *   WEFT_STALL_MS=50        report fibers that run 50 ms without switching
+ * @endcode
+ * @{ */
+
+/** Where a fiber is (weft_fiber_info_t.state). */
+typedef enum weft_fiber_state {
+    WEFT_FIBER_RUNNING = 1, /**< the one running now (the caller's)       */
+    WEFT_FIBER_READY = 2,   /**< on the run queue                          */
+    WEFT_FIBER_WAITING = 3  /**< blocked: see weft_fiber_info_t.wait       */
+} weft_fiber_state_t;
+
+/** What a waiting fiber waits for (weft_fiber_info_t.wait). */
+typedef enum weft_wait_kind {
+    WEFT_WAIT_NONE = 0,      /**< not waiting (running or ready)           */
+    WEFT_WAIT_FD = 1,        /**< a descriptor: fd, events (readable,
+                                  writable; 0 for a close in flight)      */
+    WEFT_WAIT_SLEEP = 2,     /**< weft_sleep(), weft_sleep_until()         */
+    WEFT_WAIT_PARK = 3,      /**< weft_park()                              */
+    WEFT_WAIT_MUTEX = 4,     /**< weft_mutex_lock(): object = the mutex    */
+    WEFT_WAIT_COND = 5,      /**< weft_cond_wait(): object = the condition */
+    WEFT_WAIT_SEM = 6,       /**< weft_sem_acquire(): object = the semaphore */
+    WEFT_WAIT_NOTIFICATION = 7, /**< weft_notification_wait()              */
+    WEFT_WAIT_LIMITER = 8,   /**< weft_limiter_spawn(), weft_limiter_wait() */
+    WEFT_WAIT_WAITGROUP = 9, /**< weft_waitgroup_wait()                    */
+    WEFT_WAIT_CHAN = 10,     /**< a channel: object = the channel, events =
+                                  WEFT_READABLE to receive, WEFT_WRITABLE to
+                                  send; weft_chan_select(): object = the
+                                  first channel, events = 0                */
+    WEFT_WAIT_FUTURE = 11,   /**< weft_future_get(): object = the future   */
+    WEFT_WAIT_JOIN = 12,     /**< weft_join(): target = the fiber's id     */
+    WEFT_WAIT_PROCESS = 13,  /**< weft_proc_wait(), weft_proc_join():
+                                  target = the pid, fd = its pidfd or -1   */
+    WEFT_WAIT_SIGNAL = 14,   /**< weft_signal_wait(): fd = the signalfd    */
+    WEFT_WAIT_OFFLOAD = 15,  /**< weft_offload(), weft_getaddrinfo(): a job
+                                  on the worker pool                       */
+    WEFT_WAIT_POOL = 16,     /**< a connection pool: object = the pool     */
+    WEFT_WAIT_OTHER = 17     /**< anything else                            */
+} weft_wait_kind_t;
+
+/** Frames kept of a parked fiber's stack (weft_fiber_info_t.frames). */
+#define WEFT_DUMP_FRAMES 16
+
+/**
+ * One fiber, as weft_fibers_each() reports it. Valid during the callback
+ * only (the name and frames are the fiber's).
+ */
+typedef struct weft_fiber_info {
+    weft_fiber_t handle;      /**< its handle (also for a detached fiber)  */
+    const char *name;         /**< weft_fiber_set_name(), or NULL           */
+    weft_fiber_state_t state; /**< running, ready or waiting               */
+    weft_wait_kind_t wait;    /**< what it waits for, if waiting            */
+    const void *object;       /**< the mutex, channel... waited on, or NULL */
+    int fd;                   /**< the descriptor waited on, or -1          */
+    int events;               /**< WEFT_READABLE, WEFT_WRITABLE (fd, chan)  */
+    uint64_t target;          /**< join: the fiber's id; process: the pid   */
+    int64_t since;            /**< weft_now() time it started to wait, or
+                                   became ready (the loop's clock, read once
+                                   per iteration); 0 if unknown            */
+    int64_t deadline;         /**< when the wait ends by itself, or
+                                   WEFT_FOREVER                             */
+    weft_fn_t fn;             /**< the function it runs                    */
+    const void *spawn_caller; /**< the return address in its spawner:
+                                   where weft_spawn() was called           */
+    int detached;             /**< spawned without a handle, or detached   */
+    int nframes;              /**< frames in @c frames (0: running, or no
+                                   frame pointers to follow)               */
+    void *frames[WEFT_DUMP_FRAMES]; /**< return addresses of a waiting or
+                                   ready fiber's saved stack, innermost
+                                   first                                   */
+} weft_fiber_info_t;
+
+/**
+ * call @p cb(@p info, @p arg) for every fiber of @p s.
+ *
+ * Every live fiber, joined or not, detached or not, in handle order.
+ * Call it on @p s's thread, from a fiber or from the loop's own stack
+ * (a weft_sched_post() callback). @p cb must not spawn, switch or block;
+ * it may stop the walk early by returning non-zero.
+ *
+ * A waiting or ready fiber's frames are found by following the frame
+ * pointers of its saved context (libweft is built with
+ * -fno-omit-frame-pointer; code built without them ends the chain early).
+ * None with the ucontext fallback.
+ *
+ * @return the number of fibers reported, -EINVAL for NULL @p s or @p cb,
+ * -EPERM from another thread.
+ */
+int weft_fibers_each(weft_sched_t *s,
+                     int (*cb)(const weft_fiber_info_t *info, void *arg),
+                     void *arg);
+
+/**
+ * write every fiber of this thread's scheduler to @p out.
+ *
+ * One paragraph per fiber: its id and name, state, what it waits for
+ * (kind, object, descriptor and direction), for how long, its deadline,
+ * the function it runs and where it was spawned, and its stack, innermost
+ * frame first. Addresses are symbolised with dladdr(3) where the symbol
+ * is exported (link programs with -rdynamic for theirs); each also shows
+ * its object file and offset, which addr2line(1) turns into a file and
+ * line:
+ * @code{.unparsed}
+ *   weft: 3 fibers (io_uring), 2 waiting, 1 ready, 0 running; at 2.503 s
+ *   fiber 1 "acceptor" waiting 1.2 s: fd 5 readable, no deadline
+ *     spawned: serve (./echo+0x1f20) from main+0x4d (./echo+0x2101)
+ *     #0 0x55d0c1e0 weft_accept+0x9c (libweft.so+0x1234)
+ *     ...
+ * @endcode
+ * Call it on the scheduler's thread (a fiber, or the loop's stack); to get
+ * a dump from outside, use weft_dump_on_signal().
+ *
+ * @return 0, -EINVAL for NULL @p out, -EPERM without a scheduler on this
+ * thread.
+ */
+int weft_dump(FILE *out);
+
+/**
+ * dump every fiber to stderr (weft_dump()) when signal @p signo arrives.
+ *
+ * The handler does nothing but note the signal and wake the loop
+ * (async-signal-safe); the dump is written by the loop of each scheduler
+ * that asked, at its next iteration, not from the handler. A signal sent
+ * to the process may be taken by any thread. @p signo 0 stops it for this
+ * thread's scheduler (the previous disposition comes back when no
+ * scheduler wants the signal). The environment variable WEFT_DUMP_SIGNAL
+ * (QUIT, SIGQUIT or 3) does the same when a scheduler is created.
+ *
+ * @return 0, -EINVAL for a signal that cannot be caught, another signal
+ * while one is in use, -ENOMEM (no scheduler), -EBUSY (more than 64
+ * schedulers).
+ */
+int weft_dump_on_signal(int signo);
+
+/**
+ * name a fiber, for dumps and stall reports.
+ *
+ * @p name is copied (up to 63 bytes); NULL removes the name. Use
+ * weft_self() to name the calling fiber. On the fiber's own thread.
+ * @return 0, -ESRCH for a handle that names no live fiber of this thread,
+ * -ENOMEM.
+ */
+int weft_fiber_set_name(weft_fiber_t f, const char *name);
+
+/** A stall, as weft_sched_set_stall() reports it. */
+typedef struct weft_stall_info {
+    weft_fiber_t handle;      /**< the fiber that ran too long ({0}: the
+                                   loop itself, between fibers)            */
+    const char *name;         /**< its name, or NULL                        */
+    weft_fn_t fn;             /**< the function it runs                    */
+    const void *spawn_caller; /**< where weft_spawn() was called           */
+    int64_t ran_ns;           /**< how long it ran without switching (at
+                                   least; the watchdog's tick is a quarter
+                                   of the limit)                           */
+    uint64_t suppressed;      /**< stalls not reported since the last
+                                   report (the rate limit)                 */
+} weft_stall_info_t;
+
+/** A stall report callback (weft_sched_set_stall()). */
+typedef void (*weft_stall_fn)(const weft_stall_info_t *info, void *arg);
+
+/**
+ * report fibers that run longer than @p ms milliseconds without switching.
+ *
+ * Off by default (or WEFT_STALL_MS=N in the environment when the
+ * scheduler is created). A watchdog thread looks at the scheduler's switch
+ * counter every @p ms / 4 milliseconds; when it has not moved for @p ms
+ * while the loop is not waiting in the backend, the fiber running is
+ * stalling every other. It is reported once per stall, when it finally
+ * switches away (so with how long it ran), by the loop: @p cb(info, @p arg)
+ * on the loop's stack, or a line on stderr when @p cb is NULL:
+ * @code{.unparsed}
+ *   weft: stall: fiber 7 "worker" ran 212 ms without switching; spawned: spin (./prog+0x1a2b) from main+0x31 (./prog+0x1c40)
+ * @endcode
+ * At most one report a second: stalls in between are counted
+ * (weft_stall_info_t.suppressed) and weft_stats_t.stalls counts them all.
+ * The cost with the detector on is one load per switch and the watchdog
+ * thread's wake-ups; off, one load per switch.
+ *
+ * @param s the scheduler (on its thread).
+ * @param ms the limit, or 0 to turn the detector off.
+ * @return 0, -EINVAL for NULL @p s or a negative @p ms, -EPERM from
+ * another thread, or pthread_create's error.
+ */
+int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
+                         void *arg);
+
 /** @} */
 
 /* ------------------------------------------------------------------------ */

@@ -211,9 +211,19 @@ struct weft__fiber {
     uint8_t permit;           /* weft_unpark() before weft_park()          */
     uint8_t is_main;
     uint8_t parked;           /* blocked in weft_park()                   */
+    uint16_t wkind;           /* while blocked: what for, WEFT__WK(kind,
+                                 events) (weft_wait_kind_t, WEFT_READABLE
+                                 or WEFT_WRITABLE)                        */
     int64_t scope_deadline;   /* timeout scope (scope.c): 0 = none, else
                                  the absolute deadline every blocking call
                                  is clamped to (a past one is stored as 1) */
+    /* Observability (dump.c): a store or two where they change, never
+     * read on a hot path. */
+    const void *wobj;         /* while blocked: the object (weft__block)   */
+    int64_t stamp;            /* the loop's clock (r.stamp) when it last
+                                 blocked or became ready                   */
+    const void *spawn_ra;     /* return address in weft_spawn's caller     */
+    char *name;               /* weft_fiber_set_name(): malloc'd, or NULL  */
 #ifdef WEFT_ASAN
     void *asan_fake;
     const void *asan_from_bottom;
@@ -250,8 +260,26 @@ struct weft_sched {
     weft__slot *slots;
     uint32_t nslots, slot_cap, free_slot;
     size_t live, handles;
-    uint64_t switches, spawned;
+    uint64_t switches;        /* written with relaxed atomic stores: the
+                                 stall watchdog reads it from its thread  */
+    uint64_t spawned;
     unsigned tick;
+    /* loop health (weft_stats_t) */
+    uint64_t ended;
+    size_t peak_live;
+    int64_t run_ns, run_t0;   /* time inside weft_sched_run()             */
+    int64_t delay_max;        /* ready -> running, ns                     */
+    uint64_t delay_hist[64];  /* by bit length of the delay in ns          */
+    /* dump on a signal: set by the handler, taken by the loop */
+    atomic_int dump_req;
+    int dump_slot;            /* index in dump.c's table + 1; 0: none     */
+    /* stall detector (dump.c), NULL when off */
+    struct weft__stall *stall;
+    atomic_int stall_flag;    /* the watchdog saw a stall in progress     */
+    uint64_t stalls;          /* stalls noted                             */
+    atomic_int idle;          /* for the watchdog: the loop waits in the
+                                 backend, or is not running at all         */
+    bool obs_pending;         /* a stall report waits for the loop        */
     /* the fiber I/O layer's state (weft__io, io.h), NULL until it first
      * keeps some; that layer sets io_fini then, and weft_sched_destroy
      * calls it (after the reactor's teardown): the scheduler knows nothing
@@ -290,12 +318,27 @@ extern __thread weft_sched_t *weft__tls_sched
 static inline weft_sched_t *weft__sched_tls(void) { return weft__tls_sched; }
 weft__fiber *weft__current(void); /* NULL outside fibers */
 /* Block the current fiber in @w until it completes; returns w->result.
- * The wait must be armed. Handles cancellation. */
-int weft__block(weft__wait *w);
+ * The wait must be armed. Handles cancellation. @kind says what the fiber
+ * waits for, for dumps: WEFT__WK(a weft_wait_kind_t, the direction
+ * WEFT_READABLE / WEFT_WRITABLE or 0); @obj the object waited on (a
+ * descriptor for WEFT_WAIT_FD: WEFT__FDOBJ(fd); a pid, a fiber id). */
+#define WEFT__WK(kind, events) ((int)(kind) | (int)(events) << 8)
+#define WEFT__FDOBJ(fd) ((const void *)(intptr_t)(fd))
+int weft__block(weft__wait *w, int kind, const void *obj);
 /* Wake function of C fibers: put the wait's owner on its run queue. */
 void weft__fiber_wake(weft__wait *w);
 /* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
 int weft__precheck(int64_t deadline);
+/* dump.c: the stall watchdog flagged a stall: note who (@f, the fiber
+ * switching away, or the loop) and how long; the loop reports it. */
+void weft__stall_note(weft_sched_t *s, weft__fiber *f);
+/* dump.c: once per loop iteration, when something is pending (a dump
+ * asked for by a signal, a stall to report). */
+void weft__obs_loop(weft_sched_t *s);
+/* dump.c: at scheduler creation (WEFT_DUMP_SIGNAL, WEFT_STALL_MS) and
+ * destruction. */
+void weft__obs_init(weft_sched_t *s);
+void weft__obs_fini(weft_sched_t *s);
 void weft__overflow_install(weft_sched_t *s);
 void weft__overflow_remove(weft_sched_t *s);
 

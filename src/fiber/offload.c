@@ -110,7 +110,7 @@ int weft__offload(void *(*fn)(void *), void *arg,
     }
     *submitted = true;
 
-    rc = weft__block(&j->w);
+    rc = weft__block(&j->w, WEFT_WAIT_OFFLOAD, (const void *)(uintptr_t)fn);
     if (rc == 0) {
         if (result)
             *result = j->result;

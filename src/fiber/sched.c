@@ -53,6 +53,7 @@ static inline void rq_push(weft_sched_t *s, weft__fiber *f)
 {
     f->state = WEFT__F_READY;
     f->next = NULL;
+    f->stamp = s->r.stamp;
     if (s->rq_tail)
         s->rq_tail->next = f;
     else
@@ -67,6 +68,12 @@ static inline weft__fiber *rq_pop(weft_sched_t *s)
         s->rq_head = f->next;
         if (!s->rq_head)
             s->rq_tail = NULL;
+        /* Ready -> running delay, at the loop clock's resolution (one
+         * reading per iteration): a bucket by the delay's bit length. */
+        int64_t d = s->r.stamp - f->stamp;
+        s->delay_hist[d > 0 ? 64 - __builtin_clzll((uint64_t)d) : 0]++;
+        if (WEFT_UNLIKELY(d > s->delay_max))
+            s->delay_max = d;
     }
     return f;
 }
@@ -116,9 +123,14 @@ static inline __attribute__((always_inline)) void switch_in(weft_sched_t *s,
                                                             weft__fiber *to)
 {
     (void)from;
+    /* The stall watchdog (dump.c) flagged the fiber now leaving: it has
+     * run too long. One load of a line every switch touches anyway. */
+    if (WEFT_UNLIKELY(atomic_load_explicit(&s->stall_flag, memory_order_relaxed)))
+        weft__stall_note(s, s->current);
     s->current = to;
     to->state = WEFT__F_RUNNING;
-    s->switches++;
+    /* Relaxed atomic: a plain store, which the watchdog may read. */
+    __atomic_store_n(&s->switches, s->switches + 1, __ATOMIC_RELAXED);
 #ifdef WEFT_ASAN
     const void *lo;
     size_t size;
@@ -182,13 +194,18 @@ static void scope_clamp(weft__wait *w, int64_t scope)
         weft__wait_complete(w, rc);
 }
 
-int weft__block(weft__wait *w)
+int weft__block(weft__wait *w, int kind, const void *obj)
 {
     weft_sched_t *s = weft__tls_sched;
     weft__fiber *f = s->current;
     if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
         scope_clamp(w, f->scope_deadline);
     if (w->active) {
+        /* What it waits for, for dumps: stores into the record's line
+         * that the two below dirty anyway. */
+        f->wkind = (uint16_t)kind;
+        f->wobj = obj;
+        f->stamp = s->r.stamp;
         f->wait = w;
         f->state = WEFT__F_BLOCKED;
         switch_away(s, f);
@@ -362,7 +379,14 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
          * as if its main() had returned. */
         exit(0);
     }
+    if (WEFT_UNLIKELY(atomic_load_explicit(&s->stall_flag, memory_order_relaxed)))
+        weft__stall_note(s, f); /* while its name is still there */
     fls_run_destructors(f);
+    if (WEFT_UNLIKELY(f->name != NULL)) {
+        free(f->name);
+        f->name = NULL;
+    }
+    s->ended++;
     weft__slot *sl = &s->slots[f->slot];
     if (sl->state == SLOT_DETACHED) {
         slot_free(s, f->slot);
@@ -432,7 +456,7 @@ static size_t stack_map_size(size_t usable)
  * where the record goes) with handle slot @idx, and queue it. */
 static inline __attribute__((always_inline)) void
 spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
-         uint32_t idx, const weft__stack *st)
+         uint32_t idx, const weft__stack *st, const void *ra)
 {
     /* The descriptor in scalars: a cached one lies where the record is
      * about to be written, and a struct copy went through the spawner's
@@ -467,6 +491,7 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
     f->sched = s;
     f->fn = fn;
     f->arg = arg;
+    f->spawn_ra = ra;
     f->stack.base = base;
     f->stack.map_size = map_size;
     f->stack.guard = guard;
@@ -484,6 +509,8 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
         *out = handle_of(s, idx);
     }
     s->live++;
+    if (WEFT_UNLIKELY(s->live > s->peak_live))
+        s->peak_live = s->live;
     s->spawned++;
     rq_push(s, f);
 }
@@ -493,7 +520,7 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
  * mapping), errors. */
 static __attribute__((noinline)) int spawn_slow(weft_fn_t fn, void *arg,
                                                 const weft_spawn_opts_t *opts,
-                                                weft_fiber_t *out)
+                                                weft_fiber_t *out, const void *ra)
 {
     if (!fn)
         return -EINVAL;
@@ -522,7 +549,7 @@ static __attribute__((noinline)) int spawn_slow(weft_fn_t fn, void *arg,
         }
         cached = &st;
     }
-    spawn_on(s, fn, arg, out, idx, cached);
+    spawn_on(s, fn, arg, out, idx, cached, ra);
     return 0;
 }
 
@@ -532,12 +559,13 @@ int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
                weft_fiber_t *out)
 {
     weft_sched_t *s = weft__tls_sched;
+    const void *ra = __builtin_return_address(0); /* the spawn site */
     if (WEFT_UNLIKELY(!fn || !s || (opts && opts->stack_size) ||
                       s->free_slot == UINT32_MAX || !s->stacks.head))
-        return spawn_slow(fn, arg, opts, out);
+        return spawn_slow(fn, arg, opts, out, ra);
     uint32_t idx = s->free_slot;
     s->free_slot = s->slots[idx].u.next_free;
-    spawn_on(s, fn, arg, out, idx, weft__stack_pop(&s->stacks, s->stacks.map_size));
+    spawn_on(s, fn, arg, out, idx, weft__stack_pop(&s->stacks, s->stacks.map_size), ra);
     return 0;
 }
 
@@ -573,7 +601,7 @@ static int wait_deadline(int64_t deadline, bool park)
         return rc;
     }
     f->parked = park;
-    rc = weft__block(&w);
+    rc = weft__block(&w, park ? WEFT_WAIT_PARK : WEFT_WAIT_SLEEP, NULL);
     f->parked = 0;
     return rc;
 }
@@ -701,7 +729,7 @@ int weft_join(weft_fiber_t h, void **result, int64_t deadline)
         }
         f->joiner = &w;
         sl->joining = 1; /* until we resume, even if it finishes first */
-        rc = weft__block(&w);
+        rc = weft__block(&w, WEFT_WAIT_JOIN, (const void *)(uintptr_t)h.id);
         /* The table may have moved; the slot is still ours (joining). */
         sl = &s->slots[(uint32_t)h.id - 1];
         sl->joining = 0;
@@ -805,7 +833,10 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
 #endif
     if (!o.no_overflow_handler && !getenv("WEFT_NO_OVERFLOW_HANDLER"))
         weft__overflow_install(s);
+    atomic_init(&s->idle, 1);
+    s->r.stamp = weft_now();
     weft__tls_sched = s;
+    weft__obs_init(s);
     *out = s;
     return 0;
 }
@@ -827,6 +858,8 @@ int weft_sched_run(weft_sched_t *s)
     if (s->running)
         return -EBUSY;
     s->running = true;
+    s->run_t0 = weft_now();
+    atomic_store_explicit(&s->idle, 0, memory_order_relaxed);
     int rc = 0;
     for (;;) {
         if (s->rq_head) {
@@ -835,6 +868,9 @@ int weft_sched_run(weft_sched_t *s)
                 rc = weft__reactor_run_once(&s->r, false);
                 if (rc < 0)
                     break;
+                if (WEFT_UNLIKELY(s->obs_pending ||
+                                  atomic_load_explicit(&s->dump_req, memory_order_relaxed)))
+                    weft__obs_loop(s);
             }
             do_switch(s, &s->main, rq_pop(s));
             continue;
@@ -850,10 +886,19 @@ int weft_sched_run(weft_sched_t *s)
             continue;
         }
         s->tick = 0;
+        atomic_store_explicit(&s->idle, 1, memory_order_relaxed);
         rc = weft__reactor_run_once(&s->r, true);
+        atomic_store_explicit(&s->idle, 0, memory_order_relaxed);
         if (rc < 0)
             break;
+        if (WEFT_UNLIKELY(s->obs_pending ||
+                          atomic_load_explicit(&s->dump_req, memory_order_relaxed)))
+            weft__obs_loop(s);
     }
+    atomic_store_explicit(&s->idle, 1, memory_order_relaxed);
+    if (WEFT_UNLIKELY(s->obs_pending))
+        weft__obs_loop(s); /* a stall of the last fiber */
+    s->run_ns += weft_now() - s->run_t0;
     s->running = false;
     return rc;
 }
@@ -866,6 +911,7 @@ int weft_sched_destroy(weft_sched_t *s)
         return -EPERM;
     if (s->running || s->live || !s->current->is_main)
         return -EBUSY;
+    weft__obs_fini(s);
     weft__reactor_fini(&s->r);
     if (s->io_fini)
         s->io_fini(s);
@@ -905,6 +951,35 @@ int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
     st->ops = s->r.ops_inflight;
     st->switches = s->switches;
     st->spawned = s->spawned;
+    st->ended = s->ended;
+    st->peak_fibers = s->peak_live;
+    st->iterations = s->r.iterations;
+    st->wait_ns = s->r.wait_ns;
+    int64_t run = s->run_ns + (s->running ? weft_now() - s->run_t0 : 0);
+    st->busy_ns = run > s->r.wait_ns ? run - s->r.wait_ns : 0;
+    st->timers_fired = s->r.timers_fired;
+    for (int k = 0; k < 8; k++) {
+        st->ops_submitted[k] = s->r.ops_sub[k];
+        st->ops_completed[k] = s->r.ops_done[k];
+    }
+    uint64_t n = 0;
+    for (int b = 0; b < 64; b++)
+        n += s->delay_hist[b];
+    /* A bucket's upper bound: bit length b holds delays < 2^b. */
+    uint64_t acc = 0;
+    int64_t p50 = -1, p99 = -1;
+    for (int b = 0; b < 64 && n; b++) {
+        acc += s->delay_hist[b];
+        int64_t hi = b == 0 ? 0 : b >= 63 ? INT64_MAX : ((int64_t)1 << b) - 1;
+        if (p50 < 0 && acc * 2 >= n)
+            p50 = hi;
+        if (p99 < 0 && acc * 100 >= n * 99)
+            p99 = hi;
+    }
+    st->ready_delay_p50_ns = p50 < 0 ? 0 : p50 > s->delay_max ? s->delay_max : p50;
+    st->ready_delay_p99_ns = p99 < 0 ? 0 : p99 > s->delay_max ? s->delay_max : p99;
+    st->ready_delay_max_ns = s->delay_max;
+    st->stalls = s->stalls;
     return 0;
 }
 

@@ -84,11 +84,13 @@ static inline void wq_wake_all(weft_waitq_t *q, int result)
 }
 
 /*
- * Block the calling fiber (prechecks done) in @q until woken or @deadline.
+ * Block the calling fiber (prechecks done) in @q until woken or @deadline
+ * (@kind and @obj: what for, see weft__block).
  * Returns the wake result (0 or what the waker chose), -ETIMEDOUT,
  * -ECANCELED, or -ENOMEM from arming the timer. @n is never left linked.
  */
-static inline int wq_block(weft_waitq_t *q, weft__wq_node *n, int64_t deadline)
+static inline int wq_block(weft_waitq_t *q, weft__wq_node *n, int64_t deadline,
+                           int kind, const void *obj)
 {
     weft_sched_t *s = weft__sched_tls();
     weft__wait_init(&n->w, &s->r, weft__fiber_wake, s->current);
@@ -101,7 +103,7 @@ static inline int wq_block(weft_waitq_t *q, weft__wq_node *n, int64_t deadline)
     if (!n->w.active)
         return n->w.result; /* deadline already passed */
     wq_push(q, n);
-    rc = weft__block(&n->w);
+    rc = weft__block(&n->w, kind, obj);
     if (n->linked)
         wq_unlink(q, n);
     return rc;

@@ -50,9 +50,17 @@ int weft__io_begin(int fd, int64_t deadline)
 
 int weft__io_wait(int fd, uint32_t events, int64_t deadline)
 {
+    return weft__io_wait_as(fd, events, deadline, WEFT__WK(WEFT_WAIT_FD, events),
+                            WEFT__FDOBJ(fd), -1);
+}
+
+int weft__io_wait_as(int fd, uint32_t events, int64_t deadline, int kind,
+                     const void *obj, int opk)
+{
     weft_sched_t *s = weft__sched_tls();
     weft__wait w;
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
+    w.okind = (uint8_t)(opk + 1);
     int rc = weft__wait_arm_deadline(&w, deadline);
     if (rc == 0)
         rc = weft__wait_arm_fd(&w, fd, events);
@@ -60,7 +68,29 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
         weft__wait_complete(&w, rc);
         return rc;
     }
-    return weft__block(&w);
+    return weft__block(&w, kind, obj);
+}
+
+/* What a completion op waits for, for dumps. */
+static int op_wkind(const weft__opdesc *d)
+{
+    uint32_t ev;
+    switch (d->op) {
+    case WEFT__OP_READ: case WEFT__OP_READV: case WEFT__OP_RECV:
+    case WEFT__OP_RECVMSG: case WEFT__OP_ACCEPT:
+        ev = WEFT_READABLE;
+        break;
+    case WEFT__OP_POLL:
+        ev = d->events;
+        break;
+    case WEFT__OP_CLOSE:
+        ev = 0;
+        break;
+    default:
+        ev = WEFT_WRITABLE;
+        break;
+    }
+    return WEFT__WK(WEFT_WAIT_FD, ev);
 }
 
 /* A deadline of 0 is the explicit "try once": the system call does that
@@ -76,11 +106,11 @@ ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
     int rc = weft__op_start(&w, d, deadline);
     if (rc < 0)
         return rc;
-    int why = weft__block(&w);
+    int why = weft__block(&w, op_wkind(d), WEFT__FDOBJ(d->fd));
     while (weft__op_pending(&w)) {
         /* Ended first: the kernel may still use the caller's buffer. */
         weft__op_rearm(&w);
-        weft__block(&w);
+        weft__block(&w, op_wkind(d), WEFT__FDOBJ(d->fd));
     }
     if (hint)
         *hint = w.op_hint;
@@ -474,6 +504,12 @@ int weft_flush(int fd, int64_t deadline)
 
 int weft_wait_fd(int fd, int events, int64_t deadline)
 {
+    return weft__wait_fd_as(fd, events, deadline,
+                            WEFT__WK(WEFT_WAIT_FD, (uint32_t)events & 0xff), WEFT__FDOBJ(fd));
+}
+
+int weft__wait_fd_as(int fd, int events, int64_t deadline, int kind, const void *obj)
+{
     int rc = weft__io_begin(fd, deadline);
     if (rc < 0)
         return rc;
@@ -485,7 +521,7 @@ int weft_wait_fd(int fd, int events, int64_t deadline)
     rc = weft__ready_now(fd, (uint32_t)events);
     if (rc != 0)
         return rc;
-    rc = weft__io_wait(fd, (uint32_t)events, deadline);
+    rc = weft__io_wait_as(fd, (uint32_t)events, deadline, kind, obj, -1);
     if (rc > 0)
         rc &= events | WEFT_ERROR | WEFT_HANGUP;
     return rc;
@@ -548,7 +584,9 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
             continue;
         if (e != EAGAIN && e != EWOULDBLOCK)
             return -e;
-        if ((rc = weft__io_wait(fd, WEFT_READABLE, deadline)) < 0)
+        if ((rc = weft__io_wait_as(fd, WEFT_READABLE, deadline,
+                                   WEFT__WK(WEFT_WAIT_FD, WEFT_READABLE),
+                                   WEFT__FDOBJ(fd), WEFT_OPK_ACCEPT)) < 0)
             return rc;
     }
 }
@@ -582,7 +620,9 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
         if (e == EISCONN)
             return 0;
         if (e == EINPROGRESS || e == EINTR || e == EALREADY) {
-            if ((rc = weft__io_wait(fd, WEFT_WRITABLE, deadline)) < 0)
+            if ((rc = weft__io_wait_as(fd, WEFT_WRITABLE, deadline,
+                                       WEFT__WK(WEFT_WAIT_FD, WEFT_WRITABLE),
+                                       WEFT__FDOBJ(fd), WEFT_OPK_CONNECT)) < 0)
                 return rc;
             int err = 0;
             socklen_t l = sizeof err;

@@ -105,6 +105,13 @@ static inline weft__iofd *weft__iofd_at(const weft_sched_t *s, int fd)
 }
 /* Block the current fiber until @fd is ready for @events or @deadline. */
 int weft__io_wait(int fd, uint32_t events, int64_t deadline);
+/* The same, saying what for: @kind and @obj as weft__block takes them,
+ * @opk the stats kind (WEFT_OPK_ACCEPT, _CONNECT) or -1 (by @events). */
+int weft__io_wait_as(int fd, uint32_t events, int64_t deadline, int kind,
+                     const void *obj, int opk);
+/* weft_wait_fd(), saying what for (weft__block's @kind, @obj): the process
+ * and signal waits. */
+int weft__wait_fd_as(int fd, int events, int64_t deadline, int kind, const void *obj);
 /* Whether to run @op on @fd (of @kind) as a completion op now: the backend
  * has it for that kind, and the call may wait (a deadline of exactly 0 is
  * the explicit "try once", which the system call does best). */

@@ -123,10 +123,10 @@ int weft_close(int fd)
         weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
         w.nocancel = true;
         if (weft__op_start(&w, &d, WEFT_FOREVER) == 0) {
-            int why = weft__block(&w);
+            int why = weft__block(&w, WEFT_WAIT_FD, WEFT__FDOBJ(fd));
             while (weft__op_pending(&w)) { /* defensive: see above */
                 weft__op_rearm(&w);
-                weft__block(&w);
+                weft__block(&w, WEFT_WAIT_FD, WEFT__FDOBJ(fd));
             }
             int rc = weft__op_result(&w, why);
             return rc == -EINTR ? 0 : rc;

@@ -270,7 +270,8 @@ int weft__wb_drain(int fd, int64_t deadline)
     weft__iofd *st;
     while ((st = weft__iofd_find(s, fd)) && st->wb) {
         weft__wq_node n;
-        int rc = wq_block(&st->wb->waiters, &n, deadline);
+        int rc = wq_block(&st->wb->waiters, &n, deadline,
+                          WEFT__WK(WEFT_WAIT_FD, WEFT_WRITABLE), WEFT__FDOBJ(fd));
         if (rc < 0)
             return rc;
     }

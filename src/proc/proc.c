@@ -9,6 +9,7 @@
  * changes the process's signal dispositions.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -78,7 +79,8 @@ int weft_proc_wait(pid_t pid, int *wstatus, int64_t deadline)
         return wait_polling(pid, wstatus, deadline);
     weft__reactor_fd_new(&weft__sched_tls()->r, pfd);
     for (;;) {
-        rc = weft_wait_fd(pfd, WEFT_READABLE, deadline);
+        rc = weft__wait_fd_as(pfd, WEFT_READABLE, deadline, WEFT_WAIT_PROCESS,
+                              (const void *)(intptr_t)pid);
         if (rc < 0)
             break;
         rc = reap(pid, wstatus);

@@ -13,6 +13,7 @@
  * descriptor that would outlive the scheduler.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -71,7 +72,8 @@ int weft_signal_wait(int sfd, struct signalfd_siginfo *info, int64_t deadline)
             continue;
         if (errno != EAGAIN)
             return -errno;
-        rc = weft_wait_fd(sfd, WEFT_READABLE, deadline);
+        rc = weft__wait_fd_as(sfd, WEFT_READABLE, deadline, WEFT_WAIT_SIGNAL,
+                              (const void *)(intptr_t)sfd);
         if (rc < 0)
             return rc;
     }

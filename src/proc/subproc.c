@@ -20,6 +20,7 @@
  * expects blocking I/O; this process's end is made non-blocking.
  */
 #include "internal.h"
+#include "io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -245,7 +246,9 @@ int weft_proc_join(weft_proc_t *p, int *wstatus, int64_t deadline)
         }
         if ((rc = reap(p)) < 0)
             return rc;
-        if (rc == 0 && (rc = weft_wait_fd(p->pidfd_, WEFT_READABLE, deadline)) < 0)
+        if (rc == 0 && (rc = weft__wait_fd_as(p->pidfd_, WEFT_READABLE, deadline,
+                                                WEFT_WAIT_PROCESS,
+                                                (const void *)(intptr_t)p->pid)) < 0)
             return rc;
     }
     if (wstatus)

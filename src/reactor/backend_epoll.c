@@ -124,6 +124,7 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
                      : (int)((timeout_ns + 999999) / 1000000);
         n = epoll_wait(S(r)->epfd, evs, EP_BATCH, ms);
     }
+    weft__reactor_polled(r);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
     /* epoll's bits are poll's on Linux. */

@@ -118,6 +118,7 @@ static int pl_poll(weft__reactor *r, int64_t timeout_ns)
     }
     plstate *st = S(r);
     int n = ppoll(st->pfds, (nfds_t)st->npfds, tp, NULL);
+    weft__reactor_polled(r);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
     if (n == 0)

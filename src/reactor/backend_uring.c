@@ -522,6 +522,7 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
         }
         rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, tp, NULL);
     }
+    weft__reactor_polled(r);
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN &&
         rc != -EBUSY)
         return rc;

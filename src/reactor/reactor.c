@@ -75,11 +75,43 @@ static void fd_unlink(weft__reactor *r, weft__wait *w)
 
 /* ---- waits ------------------------------------------------------------ */
 
+/* Stats: @w is handed to the backend as a wait of @kind (once per wait:
+ * a readiness wait that the backend turns into a POLL op counts once). */
+static inline void count_sub(weft__reactor *r, weft__wait *w, int kind)
+{
+    if (w->opk == 0) {
+        if (w->okind)
+            kind = w->okind - 1;
+        w->opk = (uint8_t)(kind + 1);
+        r->ops_sub[kind]++;
+    }
+}
+
+static int op_kind(const weft__opdesc *d)
+{
+    switch (d->op) {
+    case WEFT__OP_READ: case WEFT__OP_READV: case WEFT__OP_RECV: case WEFT__OP_RECVMSG:
+        return WEFT_OPK_READ;
+    case WEFT__OP_WRITE: case WEFT__OP_WRITEV: case WEFT__OP_SEND: case WEFT__OP_SENDMSG:
+        return WEFT_OPK_WRITE;
+    case WEFT__OP_ACCEPT:
+        return WEFT_OPK_ACCEPT;
+    case WEFT__OP_CONNECT:
+        return WEFT_OPK_CONNECT;
+    case WEFT__OP_POLL:
+        return d->events & WEFT_READABLE ? WEFT_OPK_READ
+               : d->events & WEFT_WRITABLE ? WEFT_OPK_WRITE : WEFT_OPK_OTHER;
+    default:
+        return WEFT_OPK_OTHER;
+    }
+}
+
 static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
 
 static void wait_timer_fired(weft__timer *t)
 {
     weft__wait *w = (weft__wait *)((char *)t - offsetof(weft__wait, timer));
+    w->r->ops_done[WEFT_OPK_TIMEOUT]++; /* its timer is no longer armed */
     weft__wait_complete(w, -ETIMEDOUT);
 }
 
@@ -102,6 +134,8 @@ void weft__wait_init(weft__wait *w, weft__reactor *r,
     w->op_hint = WEFT__HINT_NONE;
     w->op = NULL;
     w->op_res = 0;
+    w->opk = 0;
+    w->okind = 0;
     r->nwaits++;
 }
 
@@ -121,11 +155,14 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline)
     if (deadline == WEFT_FOREVER || !w->active)
         return 0;
     w->timer.deadline = deadline;
+    w->r->ops_sub[WEFT_OPK_TIMEOUT]++;
     return weft__heap_push(&w->r->timers, &w->timer);
 }
 
 int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline)
 {
+    if (w->timer.idx != WEFT__TIMER_IDLE)
+        w->r->ops_done[WEFT_OPK_TIMEOUT]++;
     weft__timer_disarm(w->r, &w->timer);
     return weft__wait_arm_deadline(w, deadline);
 }
@@ -149,6 +186,8 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
         }
         st->always_ready = 0;
     }
+    count_sub(r, w, events & WEFT_READABLE ? WEFT_OPK_READ
+                    : events & WEFT_WRITABLE ? WEFT_OPK_WRITE : WEFT_OPK_OTHER);
     if (r->ops->fd_wait)
         return r->ops->fd_wait(r, w, fd, events); /* e.g. a ring POLL */
     fd_link(r, w, fd, events);
@@ -186,6 +225,7 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
         return -EOPNOTSUPP;
     if (d->fd >= 0 && !weft__fd(r, d->fd))
         return -ENOMEM;
+    count_sub(r, w, op_kind(d));
     int rc = r->ops->op_submit(r, w, d);
     if (rc < 0)
         return rc;
@@ -251,8 +291,14 @@ void weft__wait_complete(weft__wait *w, int result)
         return;
     w->active = false;
     weft__reactor *r = w->r;
-    if (w->timer.idx != WEFT__TIMER_IDLE)
+    if (w->timer.idx != WEFT__TIMER_IDLE) {
         weft__heap_remove(&r->timers, &w->timer);
+        r->ops_done[WEFT_OPK_TIMEOUT]++;
+    }
+    if (w->opk) {
+        r->ops_done[w->opk - 1]++;
+        w->opk = 0;
+    }
     if (w->fd >= 0)
         fd_unlink(r, w);
     if (w->op)
@@ -476,15 +522,19 @@ void weft__reactor_fini(weft__reactor *r)
 int weft__reactor_run_once(weft__reactor *r, bool may_block)
 {
     int64_t timeout = may_block ? -1 : 0;
+    /* The iteration's one clock reading before the poll (the backend takes
+     * the other when its wait ends: weft__reactor_polled). */
+    int64_t t0 = weft_now();
+    r->iterations++;
     weft__timer *t = weft__heap_top(&r->timers);
     if (t && timeout != 0) {
-        int64_t d = t->deadline - weft_now();
+        int64_t d = t->deadline - t0;
         timeout = d < 0 ? 0 : d;
     }
     if (WEFT_UNLIKELY(r->hook_pending != 0) && timeout != 0) {
         int64_t d = r->hook->deadline(r->hook_arg);
         if (d != WEFT_FOREVER) {
-            d -= weft_now();
+            d -= t0;
             if (timeout < 0 || d < timeout)
                 timeout = d < 0 ? 0 : d;
         }
@@ -494,6 +544,8 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
      * would dominate a yield between busy fibers) while nothing waits and
      * no post is pending (docs/PERFORMANCE.md). */
     int rc = 0;
+    r->poll_t0 = t0;
+    r->stamp = t0;
     if (may_block || r->nwaits ||
         atomic_load_explicit(&r->wake_pending, memory_order_relaxed))
         rc = r->ops->poll(r, timeout);
@@ -503,6 +555,7 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         int64_t now = weft_now();
         while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {
             weft__heap_remove(&r->timers, t);
+            r->timers_fired++;
             t->fire(t);
         }
     }

@@ -82,6 +82,11 @@ struct weft__wait {
     bool op_done;      /* the op's completion arrived (op_res is valid)    */
     uint8_t op_hint;   /* what the completion said of the source beyond the
                           result (WEFT__HINT_*), for backends that know    */
+    uint8_t opk;       /* counted in the stats as kind opk - 1 (WEFT_OPK_*)
+                          from its arming until it completes; 0: not yet   */
+    uint8_t okind;     /* set by the client before arming: what the wait is
+                          for (WEFT_OPK_ACCEPT, _CONNECT) + 1; 0: derived
+                          from the op or the events                       */
     void *op;          /* in-flight completion record (io_uring), or NULL  */
     int op_res;        /* the op's own result (CQE res)                    */
 };
@@ -239,7 +244,26 @@ struct weft__reactor {
     uint32_t hook_pending;
     /* op_mask[kind] bit op: the backend's op_ok, asked once at init */
     uint16_t op_mask[WEFT__FD_KINDS];
+    /* Loop health (weft_stats_t). The clock is read once per iteration:
+     * stamp is the time the backend's last wait ended (or, when no poll
+     * was needed, the iteration's start), which clients use as "now" for
+     * bookkeeping that must not read the clock itself. */
+    int64_t stamp;
+    int64_t poll_t0;         /* the current poll's start                   */
+    int64_t wait_ns;         /* time inside the backends' waits            */
+    uint64_t iterations;
+    uint64_t timers_fired;
+    uint64_t ops_sub[8], ops_done[8]; /* by WEFT_OPK_*                     */
 };
+
+/* Backends call this right after their wait in the kernel returns, before
+ * dispatching what it brought: the iteration's clock reading. */
+static inline void weft__reactor_polled(weft__reactor *r)
+{
+    int64_t now = weft_now();
+    r->wait_ns += now - r->poll_t0;
+    r->stamp = now;
+}
 
 /*
  * A client of the reactor (the fiber layer's write-behind, wb.c) that keeps

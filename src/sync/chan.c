@@ -204,7 +204,11 @@ int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline)
         cq_push(ops[i].op == WEFT_CHAN_SEND ? &cn->chan->sendq
                                             : &cn->chan->recvq, cn);
     }
-    rc = weft__block(&sel.w);
+    rc = weft__block(&sel.w,
+                     WEFT__WK(WEFT_WAIT_CHAN,
+                              n != 1 ? 0 : ops[0].op == WEFT_CHAN_SEND ? WEFT_WRITABLE
+                                                                      : WEFT_READABLE),
+                     ops[0].chan);
     for (size_t i = 0; i < n; i++) {
         cnode *cn = &nodes[i];
         if (cn->linked)

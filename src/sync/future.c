@@ -296,7 +296,7 @@ int weft_future_get(weft_future_t *f, void **value, int64_t deadline)
      * exits leaves nothing behind). */
     if (!st->delivered) {
         weft__wq_node n;
-        rc = wq_block(&st->waiters, &n, deadline);
+        rc = wq_block(&st->waiters, &n, deadline, WEFT_WAIT_FUTURE, f);
         if (rc < 0 && !((rc == -ETIMEDOUT || rc == -EAGAIN) && st_load(st) == F_SET))
             return rc;
     }

@@ -172,7 +172,7 @@ static void *reaper_main(void *arg)
             continue;
         }
         weft__wq_node n;
-        if (wq_block(&p->reaperq, &n, expiry) == -ECANCELED)
+        if (wq_block(&p->reaperq, &n, expiry, WEFT_WAIT_POOL, p) == -ECANCELED)
             break;
     }
     p->reaper_alive = false;
@@ -252,7 +252,7 @@ int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease, int64_t deadline
     weft__wq_node n;
     n.data = NULL;
     p->nwaiters++;
-    rc = wq_block(&p->q, &n, deadline);
+    rc = wq_block(&p->q, &n, deadline, WEFT_WAIT_POOL, p);
     p->nwaiters--;
     if (rc == 0) {
         lease_fill(p, lease, n.data); /* handed over, in_use counted */
@@ -349,7 +349,7 @@ int weft_pool_close(weft_pool_t *p, int64_t deadline)
     while (!drained(p)) {
         weft__wq_node n;
         p->nclosers++;
-        rc = wq_block(&p->closeq, &n, deadline);
+        rc = wq_block(&p->closeq, &n, deadline, WEFT_WAIT_POOL, p);
         p->nclosers--;
         if (rc < 0)
             return rc;

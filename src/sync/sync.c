@@ -41,7 +41,7 @@ static void mutex_lock_always(weft_mutex_t *m, weft__fiber *self)
         weft__wait_init(&n.w, &s->r, weft__fiber_wake, self);
         n.w.nocancel = true;
         wq_push(&m->q, &n);
-        (void)weft__block(&n.w); /* 0: handed over, -EIDRM: destroyed */
+        (void)weft__block(&n.w, WEFT_WAIT_MUTEX, m); /* 0: handed over, -EIDRM: destroyed */
         if (n.linked)
             wq_unlink(&m->q, &n);
     }
@@ -62,7 +62,7 @@ int weft_mutex_lock(weft_mutex_t *m, int64_t deadline)
     if (m->owner == self)
         return -EDEADLK;
     weft__wq_node n;
-    return wq_block(&m->q, &n, deadline); /* 0: the unlocker made us owner */
+    return wq_block(&m->q, &n, deadline, WEFT_WAIT_MUTEX, m); /* 0: the unlocker made us owner */
 }
 
 int weft_mutex_trylock(weft_mutex_t *m)
@@ -142,7 +142,7 @@ int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline)
         return n.w.result; /* past deadline: still holding @m */
     wq_push(&c->q, &n);
     (void)weft_mutex_unlock(m);
-    rc = weft__block(&n.w);
+    rc = weft__block(&n.w, WEFT_WAIT_COND, c);
     if (n.linked)
         wq_unlink(&c->q, &n);
     mutex_lock_always(m, self);
@@ -222,7 +222,7 @@ int weft_notification_wait(weft_notification_t *n, int64_t deadline)
     if (n->sched != s)
         return -EPERM;
     weft__wq_node w;
-    return wq_block(&n->q, &w, deadline);
+    return wq_block(&n->q, &w, deadline, WEFT_WAIT_NOTIFICATION, n);
 }
 
 static void notification_posted(void *arg)
@@ -307,7 +307,7 @@ int weft_sem_acquire(weft_sem_t *s, int64_t deadline)
         return 0;
     }
     weft__wq_node n;
-    return wq_block(&s->q, &n, deadline); /* 0: a permit was handed over */
+    return wq_block(&s->q, &n, deadline, WEFT_WAIT_SEM, s); /* 0: a permit was handed over */
 }
 
 int weft_sem_try_acquire(weft_sem_t *s)
@@ -398,7 +398,7 @@ int weft_limiter_spawn(weft_limiter_t *l, weft_fn_t fn, void *arg,
         l->running++;
     } else {
         weft__wq_node n;
-        rc = wq_block(&l->q, &n, deadline);
+        rc = wq_block(&l->q, &n, deadline, WEFT_WAIT_LIMITER, l);
         if (rc < 0) {
             free(t);
             return rc;
@@ -428,7 +428,7 @@ int weft_limiter_wait(weft_limiter_t *l, int64_t deadline)
     if (l->running == 0)
         return 0;
     weft__wq_node n;
-    return wq_block(&l->idle, &n, deadline);
+    return wq_block(&l->idle, &n, deadline, WEFT_WAIT_LIMITER, l);
 }
 
 int weft_limiter_destroy(weft_limiter_t *l)
@@ -481,7 +481,7 @@ int weft_waitgroup_wait(weft_waitgroup_t *wg, int64_t deadline)
     if (wg->count == 0)
         return 0;
     weft__wq_node n;
-    return wq_block(&wg->q, &n, deadline);
+    return wq_block(&wg->q, &n, deadline, WEFT_WAIT_WAITGROUP, wg);
 }
 
 int weft_waitgroup_destroy(weft_waitgroup_t *wg)
