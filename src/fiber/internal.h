@@ -203,7 +203,9 @@ struct weft__fiber {
     void *result;
     weft__wait *wait;         /* the wait this fiber is blocked in         */
     weft__wait *joiner;       /* a fiber joining this one                  */
-    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
+    int64_t stamp;            /* the loop's clock (r.stamp) when it last
+                                 blocked or became ready: on the line the
+                                 run queue writes (state) anyway           */
     weft__stack stack;
     uint32_t slot;            /* index in the handle table                 */
     uint8_t state;
@@ -220,8 +222,7 @@ struct weft__fiber {
     /* Observability (dump.c): a store or two where they change, never
      * read on a hot path. */
     const void *wobj;         /* while blocked: the object (weft__block)   */
-    int64_t stamp;            /* the loop's clock (r.stamp) when it last
-                                 blocked or became ready                   */
+    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
     const void *spawn_ra;     /* return address in weft_spawn's caller     */
     char *name;               /* weft_fiber_set_name(): malloc'd, or NULL  */
 #ifdef WEFT_ASAN
@@ -262,20 +263,21 @@ struct weft_sched {
     size_t live, handles;
     uint64_t switches;        /* written with relaxed atomic stores: the
                                  stall watchdog reads it from its thread  */
+    atomic_int stall_flag;    /* the watchdog saw a stall in progress: read
+                                 by every switch, so beside switches       */
+    int64_t delay_max;        /* ready -> running, ns                     */
     uint64_t spawned;
     unsigned tick;
     /* loop health (weft_stats_t) */
     uint64_t ended;
     size_t peak_live;
     int64_t run_ns, run_t0;   /* time inside weft_sched_run()             */
-    int64_t delay_max;        /* ready -> running, ns                     */
     uint64_t delay_hist[64];  /* by bit length of the delay in ns          */
     /* dump on a signal: set by the handler, taken by the loop */
     atomic_int dump_req;
     int dump_slot;            /* index in dump.c's table + 1; 0: none     */
     /* stall detector (dump.c), NULL when off */
     struct weft__stall *stall;
-    atomic_int stall_flag;    /* the watchdog saw a stall in progress     */
     uint64_t stalls;          /* stalls noted                             */
     atomic_int idle;          /* for the watchdog: the loop waits in the
                                  backend, or is not running at all         */
