@@ -3,7 +3,10 @@
  *
  *   build/examples/echo_server [--port P] [--host ADDR] [--idle-ms MS]
  *
- * ADDR may be a name ("localhost") or a number. Stops on SIGINT/SIGTERM:
+ * ADDR may be a name ("localhost") or a number. Each fiber has a name, for
+ * weft_dump(): run it with WEFT_DUMP_SIGNAL=QUIT and `kill -QUIT` shows
+ * what every fiber is doing (README, "When something is stuck").
+ * Stops on SIGINT/SIGTERM:
  * a fiber waits for them (weft_signal_wait(); main() blocks them before
  * anything else, the library never touches signal dispositions), stops
  * accepting, and cancels the connections still open.
@@ -27,6 +30,9 @@ static void *connection(void *arg)
 {
     int fd = (int)(long)arg;
     char buf[16384];
+    char name[32];
+    snprintf(name, sizeof name, "conn fd %d", fd);
+    weft_fiber_set_name(weft_self(), name);
     open_conns++;
     for (;;) {
         ssize_t n = weft_read(fd, buf, sizeof buf, weft_deadline_in(idle_ns));
@@ -43,6 +49,7 @@ static void *connection(void *arg)
 static void *acceptor(void *arg)
 {
     (void)arg;
+    weft_fiber_set_name(weft_self(), "acceptor");
     while (!stopping) {
         int c = weft_accept(lfd, NULL, NULL, WEFT_FOREVER);
         if (c == -EMFILE || c == -ENFILE || c == -ENOBUFS || c == -ENOMEM) {
@@ -63,6 +70,7 @@ static void *acceptor(void *arg)
 static void *signals(void *arg)
 {
     weft_fiber_t acc = *(weft_fiber_t *)arg;
+    weft_fiber_set_name(weft_self(), "signals");
     int sfd = weft_signal_open(&stop_signals);
     if (sfd < 0)
         return NULL;

@@ -237,8 +237,8 @@ typedef struct weft_stats {
     uint64_t stalls;      /**< stalls seen by the stall detector              */
 } weft_stats_t;
 
-/** Kinds of weft_stats_t.ops_submitted / ops_completed. */
-enum weft_op_kind {
+/** Kinds of weft_stats_t.ops_submitted / ops_completed (indices). */
+typedef enum weft_op_kind {
     WEFT_OPK_READ = 0,    /**< reads, receives, readability waits            */
     WEFT_OPK_WRITE = 1,   /**< writes, sends, writability waits              */
     WEFT_OPK_ACCEPT = 2,  /**< accepts (or the readability wait before one)   */
@@ -246,7 +246,7 @@ enum weft_op_kind {
     WEFT_OPK_TIMEOUT = 4, /**< deadlines armed on waits                       */
     WEFT_OPK_OTHER = 5,   /**< everything else (close, priority polls)        */
     WEFT_OPK_COUNT = 6    /**< kinds in use (the arrays have room for 8)      */
-};
+} weft_op_kind_t;
 
 /**
  * fill @p st with @p s's counters. @return 0 or -EINVAL.
@@ -553,22 +553,26 @@ int weft_fibers_each(weft_sched_t *s,
 /**
  * write every fiber of this thread's scheduler to @p out.
  *
- * One paragraph per fiber: its id and name, state, what it waits for
- * (kind, object, descriptor and direction), for how long, its deadline,
- * the function it runs and where it was spawned, and its stack, innermost
- * frame first. Addresses are symbolised with dladdr(3) where the symbol
- * is exported (link programs with -rdynamic for theirs); each also shows
- * its object file and offset, which addr2line(1) turns into a file and
- * line:
+ * A header line (how many fibers, running, ready, waiting; the loop's
+ * iterations and its time busy and asleep), then one paragraph per fiber:
+ * its id and name, state, what it waits for (kind, object, descriptor and
+ * direction), for how long, its deadline, the function it runs and where
+ * it was spawned, and its saved stack, innermost frame first (see
+ * weft_fibers_each()). Addresses are symbolised with dladdr(3) where the
+ * symbol is exported (link programs with -rdynamic for theirs), and each
+ * shows its object file and offset, which addr2line(1) turns into a file
+ * and line. Call it on the scheduler's thread (a fiber, or the loop's
+ * stack); to get a dump from outside, use weft_dump_on_signal(). A fiber
+ * of examples/echo_server:
  * @code{.unparsed}
- *   weft: 3 fibers (io_uring), 2 waiting, 1 ready, 0 running; at 2.503 s
- *   fiber 1 "acceptor" waiting 1.2 s: fd 5 readable, no deadline
- *     spawned: serve (./echo+0x1f20) from main+0x4d (./echo+0x2101)
- *     #0 0x55d0c1e0 weft_accept+0x9c (libweft.so+0x1234)
- *     ...
+ *   fiber 4 "conn fd 7" (detached): waiting for 1.325 s on fd 7 readable, deadline 24045179829947 (in 58.675 s)
+ *       runs (echo_server+0x5d10), spawned at (echo_server+0x5cb5)
+ *       #0 0x55647700c89b weft__block+0xfb (echo_server+0x989b)
+ *       #1 0x55647700ef88 weft__io_op+0x98 (echo_server+0xbf88)
+ *       #2 0x55647700f46d (echo_server+0xc46d)
+ *       #3 0x55647700fc90 weft_read+0x50 (echo_server+0xcc90)
+ *       ...
  * @endcode
- * Call it on the scheduler's thread (a fiber, or the loop's stack); to get
- * a dump from outside, use weft_dump_on_signal().
  *
  * @return 0, -EINVAL for NULL @p out, -EPERM without a scheduler on this
  * thread.
