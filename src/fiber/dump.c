@@ -87,9 +87,9 @@ static void fill_info(weft_sched_t *s, uint32_t idx, weft_fiber_info_t *in)
     const weft__fiber *f = sl->u.fiber;
     memset(in, 0, sizeof *in);
     in->handle.id = ((uint64_t)sl->gen << 32) | (idx + 1);
-    in->name = f->name;
+    in->name = s->sobs[idx].name;
     in->fn = f->fn;
-    in->spawn_caller = f->spawn_ra;
+    in->spawn_caller = s->sobs[idx].spawn_ra;
     in->detached = sl->state == SLOT_DETACHED;
     in->fd = -1;
     in->deadline = WEFT_FOREVER;
@@ -102,26 +102,27 @@ static void fill_info(weft_sched_t *s, uint32_t idx, weft_fiber_info_t *in)
     } else {
         in->state = WEFT_FIBER_WAITING;
         in->since = f->stamp;
-        in->wait = (weft_wait_kind_t)(f->wkind & 0xff);
-        in->events = f->wkind >> 8;
         const weft__wait *w = f->wait;
+        const void *obj = w ? w->what : NULL;
+        in->wait = w ? (weft_wait_kind_t)(w->what_kind & 0xff) : WEFT_WAIT_OTHER;
+        in->events = w ? w->what_kind >> 8 : 0;
         if (w && w->timer.idx != WEFT__TIMER_IDLE)
             in->deadline = w->timer.deadline;
         switch (in->wait) {
         case WEFT_WAIT_FD:
-            in->fd = (int)(intptr_t)f->wobj;
+            in->fd = (int)(intptr_t)obj;
             break;
         case WEFT_WAIT_JOIN:
         case WEFT_WAIT_PROCESS:
-            in->target = (uint64_t)(uintptr_t)f->wobj;
+            in->target = (uint64_t)(uintptr_t)obj;
             if (w && in->wait == WEFT_WAIT_PROCESS)
                 in->fd = w->fd;
             break;
         case WEFT_WAIT_SIGNAL:
-            in->fd = (int)(intptr_t)f->wobj;
+            in->fd = (int)(intptr_t)obj;
             break;
         default:
-            in->object = f->wobj;
+            in->object = obj;
             break;
         }
     }
@@ -337,8 +338,8 @@ int weft_fiber_set_name(weft_fiber_t h, const char *name)
     char *copy = NULL;
     if (name && !(copy = strndup(name, 63)))
         return -ENOMEM;
-    free(sl->u.fiber->name);
-    sl->u.fiber->name = copy;
+    free(s->sobs[idx].name);
+    s->sobs[idx].name = copy;
     return 0;
 }
 
@@ -552,9 +553,9 @@ void weft__stall_note(weft_sched_t *s, weft__fiber *f)
     if (!f->is_main) {
         r->handle.id = ((uint64_t)s->slots[f->slot].gen << 32) | (f->slot + 1);
         r->fn = f->fn;
-        r->spawn_caller = f->spawn_ra;
-        if (f->name) {
-            snprintf(st->name, sizeof st->name, "%s", f->name);
+        r->spawn_caller = s->sobs[f->slot].spawn_ra;
+        if (s->sobs[f->slot].name) {
+            snprintf(st->name, sizeof st->name, "%s", s->sobs[f->slot].name);
             r->name = st->name;
         }
     }

@@ -200,12 +200,13 @@ struct weft__fiber {
     weft_sched_t *sched;
     weft_fn_t fn;
     void *arg;
-    void *result;
+    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
     weft__wait *wait;         /* the wait this fiber is blocked in         */
     weft__wait *joiner;       /* a fiber joining this one                  */
     int64_t stamp;            /* the loop's clock (r.stamp) when it last
-                                 blocked or became ready: on the line the
-                                 run queue writes (state) anyway           */
+                                 blocked or became ready (dump.c, the
+                                 ready delay): on the line the run queue
+                                 writes (state) anyway                     */
     weft__stack stack;
     uint32_t slot;            /* index in the handle table                 */
     uint8_t state;
@@ -213,18 +214,9 @@ struct weft__fiber {
     uint8_t permit;           /* weft_unpark() before weft_park()          */
     uint8_t is_main;
     uint8_t parked;           /* blocked in weft_park()                   */
-    uint16_t wkind;           /* while blocked: what for, WEFT__WK(kind,
-                                 events) (weft_wait_kind_t, WEFT_READABLE
-                                 or WEFT_WRITABLE)                        */
     int64_t scope_deadline;   /* timeout scope (scope.c): 0 = none, else
                                  the absolute deadline every blocking call
                                  is clamped to (a past one is stored as 1) */
-    /* Observability (dump.c): a store or two where they change, never
-     * read on a hot path. */
-    const void *wobj;         /* while blocked: the object (weft__block)   */
-    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
-    const void *spawn_ra;     /* return address in weft_spawn's caller     */
-    char *name;               /* weft_fiber_set_name(): malloc'd, or NULL  */
 #ifdef WEFT_ASAN
     void *asan_fake;
     const void *asan_from_bottom;
@@ -249,6 +241,14 @@ typedef struct weft__slot {
                                  from its join until it has resumed (the
                                  slot may be finished meanwhile)           */
 } weft__slot;
+
+/* Per handle slot, beside the slot table (not in the fiber record, which
+ * stays three cache lines): what dumps say of a fiber besides its wait. */
+typedef struct weft__slot_obs {
+    const void *spawn_ra;     /* return address in weft_spawn's caller     */
+    char *name;               /* weft_fiber_set_name(): malloc'd, or NULL;
+                                 freed when the slot's next fiber spawns  */
+} weft__slot_obs;
 
 struct weft_sched {
     weft__reactor r;
@@ -278,6 +278,7 @@ struct weft_sched {
     int dump_slot;            /* index in dump.c's table + 1; 0: none     */
     /* stall detector (dump.c), NULL when off */
     struct weft__stall *stall;
+    weft__slot_obs *sobs;     /* slot_cap entries, beside slots           */
     uint64_t stalls;          /* stalls noted                             */
     atomic_int idle;          /* for the watchdog: the loop waits in the
                                  backend, or is not running at all         */

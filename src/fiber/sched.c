@@ -61,6 +61,13 @@ static inline void rq_push(weft_sched_t *s, weft__fiber *f)
     s->rq_tail = f;
 }
 
+static __attribute__((noinline, cold)) void delay_note(weft_sched_t *s, int64_t d)
+{
+    s->delay_hist[64 - __builtin_clzll((uint64_t)d)]++;
+    if (d > s->delay_max)
+        s->delay_max = d;
+}
+
 static inline weft__fiber *rq_pop(weft_sched_t *s)
 {
     weft__fiber *f = s->rq_head;
@@ -71,9 +78,10 @@ static inline weft__fiber *rq_pop(weft_sched_t *s)
         /* Ready -> running delay, at the loop clock's resolution (one
          * reading per iteration): a bucket by the delay's bit length. */
         int64_t d = s->r.stamp - f->stamp;
-        s->delay_hist[d > 0 ? 64 - __builtin_clzll((uint64_t)d) : 0]++;
-        if (WEFT_UNLIKELY(d > s->delay_max))
-            s->delay_max = d;
+        if (WEFT_LIKELY(d == 0))
+            s->delay_hist[0]++;
+        else
+            delay_note(s, d);
     }
     return f;
 }
@@ -201,10 +209,10 @@ int weft__block(weft__wait *w, int kind, const void *obj)
     if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
         scope_clamp(w, f->scope_deadline);
     if (w->active) {
-        /* What it waits for, for dumps: stores into the record's line
-         * that the two below dirty anyway. */
-        f->wkind = (uint16_t)kind;
-        f->wobj = obj;
+        /* What it waits for, for dumps: stores into the wait, just
+         * written, and the record, written below. */
+        w->what_kind = (uint16_t)kind;
+        w->what = obj;
         f->stamp = s->r.stamp;
         f->wait = w;
         f->state = WEFT__F_BLOCKED;
@@ -278,6 +286,11 @@ static int slot_alloc(weft_sched_t *s, uint32_t *out)
         if (s->slot_cap >= UINT32_MAX / 2)
             return -ENOMEM;
         uint32_t ncap = s->slot_cap ? s->slot_cap * 2 : 256;
+        weft__slot_obs *no = realloc(s->sobs, (size_t)ncap * sizeof *no);
+        if (!no)
+            return -ENOMEM;
+        memset(no + s->slot_cap, 0, (size_t)(ncap - s->slot_cap) * sizeof *no);
+        s->sobs = no;
         weft__slot *ns = realloc(s->slots, (size_t)ncap * sizeof *ns);
         if (!ns)
             return -ENOMEM;
@@ -382,10 +395,6 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
     if (WEFT_UNLIKELY(atomic_load_explicit(&s->stall_flag, memory_order_relaxed)))
         weft__stall_note(s, f); /* while its name is still there */
     fls_run_destructors(f);
-    if (WEFT_UNLIKELY(f->name != NULL)) {
-        free(f->name);
-        f->name = NULL;
-    }
     s->ended++;
     weft__slot *sl = &s->slots[f->slot];
     if (sl->state == SLOT_DETACHED) {
@@ -491,7 +500,12 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
     f->sched = s;
     f->fn = fn;
     f->arg = arg;
-    f->spawn_ra = ra;
+    weft__slot_obs *o = &s->sobs[idx];
+    if (WEFT_UNLIKELY(o->name != NULL)) { /* the slot's previous fiber's */
+        free(o->name);
+        o->name = NULL;
+    }
+    o->spawn_ra = ra;
     f->stack.base = base;
     f->stack.map_size = map_size;
     f->stack.guard = guard;
@@ -916,6 +930,9 @@ int weft_sched_destroy(weft_sched_t *s)
     if (s->io_fini)
         s->io_fini(s);
     weft__stack_cache_fini(&s->stacks);
+    for (uint32_t i = 0; i < s->nslots; i++)
+        free(s->sobs[i].name);
+    free(s->sobs);
     free(s->slots);
     weft__overflow_remove(s);
     weft__tls_sched = NULL;

@@ -87,8 +87,12 @@ struct weft__wait {
     uint8_t okind;     /* set by the client before arming: what the wait is
                           for (WEFT_OPK_ACCEPT, _CONNECT) + 1; 0: derived
                           from the op or the events                       */
+    uint16_t what_kind; /* for the client's dumps, set when it blocks (the
+                          fiber layer: WEFT__WK, weft_wait_kind_t and a
+                          direction); not read by the reactor              */
     void *op;          /* in-flight completion record (io_uring), or NULL  */
     int op_res;        /* the op's own result (CQE res)                    */
+    const void *what;  /* with what_kind: the object waited on             */
 };
 
 /* weft__wait.op_hint after an ACCEPT: whether more connections were queued
