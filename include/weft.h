@@ -227,10 +227,12 @@ typedef struct weft_stats {
     uint64_t ops_completed[8];
     /** Ready-to-running delay of fibers, in nanoseconds, since the scheduler
      *  was created: median, 99th percentile (upper bounds of a power-of-two
-     *  histogram bucket) and maximum. The clock is read once per loop
+     *  histogram bucket) and maximum. Sampled once per loop iteration:
+     *  the fiber at the head of the run queue (the one that has waited
+     *  longest) when the loop dispatches. The clock is read once per
      *  iteration, so a fiber that runs in the iteration in which it became
-     *  ready counts 0; a delay says how many iterations' worth of time a
-     *  fiber waited on the run queue. */
+     *  ready counts 0 (below 2 ns); a delay says how many iterations' worth
+     *  of time it waited on the run queue. */
     int64_t ready_delay_p50_ns;
     int64_t ready_delay_p99_ns; /**< see ready_delay_p50_ns */
     int64_t ready_delay_max_ns; /**< see ready_delay_p50_ns */

@@ -89,7 +89,7 @@ static void fill_info(weft_sched_t *s, uint32_t idx, weft_fiber_info_t *in)
     in->handle.id = ((uint64_t)sl->gen << 32) | (idx + 1);
     in->name = s->sobs[idx].name;
     in->fn = f->fn;
-    in->spawn_caller = s->sobs[idx].spawn_ra;
+    in->spawn_caller = f->stack.spawn_ra;
     in->detached = sl->state == SLOT_DETACHED;
     in->fd = -1;
     in->deadline = WEFT_FOREVER;
@@ -338,8 +338,12 @@ int weft_fiber_set_name(weft_fiber_t h, const char *name)
     char *copy = NULL;
     if (name && !(copy = strndup(name, 63)))
         return -ENOMEM;
+    if (s->sobs[idx].name)
+        s->nnames--;
     free(s->sobs[idx].name);
     s->sobs[idx].name = copy;
+    if (copy)
+        s->nnames++;
     return 0;
 }
 
@@ -553,7 +557,7 @@ void weft__stall_note(weft_sched_t *s, weft__fiber *f)
     if (!f->is_main) {
         r->handle.id = ((uint64_t)s->slots[f->slot].gen << 32) | (f->slot + 1);
         r->fn = f->fn;
-        r->spawn_caller = s->sobs[f->slot].spawn_ra;
+        r->spawn_caller = f->stack.spawn_ra;
         if (s->sobs[f->slot].name) {
             snprintf(st->name, sizeof st->name, "%s", s->sobs[f->slot].name);
             r->name = st->name;

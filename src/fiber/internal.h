@@ -118,7 +118,11 @@ typedef struct weft__stack {
     size_t map_size;   /* whole mapping                                 */
     uint32_t guard;    /* bytes of guard at base (0 = none)             */
     unsigned vg_id;    /* Valgrind stack id                             */
-    struct weft__stack *next; /* while cached: the next cached stack    */
+    union {
+        struct weft__stack *next; /* while cached: the next cached stack */
+        const void *spawn_ra; /* in a live fiber's record: the return
+                                 address in weft_spawn's caller (dumps)  */
+    };
 } weft__stack;
 
 /* Free stacks of one size, last in first out. A cached stack's descriptor
@@ -245,9 +249,9 @@ typedef struct weft__slot {
 /* Per handle slot, beside the slot table (not in the fiber record, which
  * stays three cache lines): what dumps say of a fiber besides its wait. */
 typedef struct weft__slot_obs {
-    const void *spawn_ra;     /* return address in weft_spawn's caller     */
     char *name;               /* weft_fiber_set_name(): malloc'd, or NULL;
-                                 freed when the slot's next fiber spawns  */
+                                 freed when the slot's next fiber spawns
+                                 (looked at only while nnames > 0)        */
 } weft__slot_obs;
 
 struct weft_sched {
@@ -269,7 +273,6 @@ struct weft_sched {
     uint64_t spawned;
     unsigned tick;
     /* loop health (weft_stats_t) */
-    uint64_t ended;
     size_t peak_live;
     int64_t run_ns, run_t0;   /* time inside weft_sched_run()             */
     uint64_t delay_hist[64];  /* by bit length of the delay in ns          */
@@ -279,6 +282,7 @@ struct weft_sched {
     /* stall detector (dump.c), NULL when off */
     struct weft__stall *stall;
     weft__slot_obs *sobs;     /* slot_cap entries, beside slots           */
+    size_t nnames;            /* names in sobs                            */
     uint64_t stalls;          /* stalls noted                             */
     atomic_int idle;          /* for the watchdog: the loop waits in the
                                  backend, or is not running at all         */
