@@ -545,6 +545,7 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
      * no post is pending (docs/PERFORMANCE.md). */
     int rc = 0;
     r->poll_t0 = t0;
+    r->poll_may_wait = timeout != 0;
     r->stamp = t0;
     if (may_block || r->nwaits ||
         atomic_load_explicit(&r->wake_pending, memory_order_relaxed))

@@ -254,6 +254,7 @@ struct weft__reactor {
      * bookkeeping that must not read the clock itself. */
     int64_t stamp;
     int64_t poll_t0;         /* the current poll's start                   */
+    bool poll_may_wait;      /* the current poll has a timeout other than 0 */
     int64_t wait_ns;         /* time inside the backends' waits            */
     uint64_t iterations;
     uint64_t timers_fired;
@@ -261,9 +262,13 @@ struct weft__reactor {
 };
 
 /* Backends call this right after their wait in the kernel returns, before
- * dispatching what it brought: the iteration's clock reading. */
+ * dispatching what it brought: the iteration's clock reading, for a poll
+ * that may have waited (a poll with timeout 0 is busy time, and the
+ * reading at the iteration's start stands). */
 static inline void weft__reactor_polled(weft__reactor *r)
 {
+    if (!r->poll_may_wait)
+        return;
     int64_t now = weft_now();
     r->wait_ns += now - r->poll_t0;
     r->stamp = now;
