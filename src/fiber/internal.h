@@ -8,6 +8,7 @@
 
 #include "reactor.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -296,6 +297,13 @@ int weft__block(weft__wait *w);
 void weft__fiber_wake(weft__wait *w);
 /* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
 int weft__precheck(int64_t deadline);
+/* weft__precheck(), then -EINVAL unless @args_ok: how a blocking call that
+ * takes objects begins (a bad deadline or a cancel is reported first). */
+static inline int weft__precheck_args(int64_t deadline, bool args_ok)
+{
+    int rc = weft__precheck(deadline);
+    return rc < 0 ? rc : args_ok ? 0 : -EINVAL;
+}
 void weft__overflow_install(weft_sched_t *s);
 void weft__overflow_remove(weft_sched_t *s);
 

@@ -69,21 +69,21 @@ static void sift_down(weft__heap *hp, uint32_t i, weft__hent e)
 /* Room for one more armed timer: heap, slot table and free-slot stack
  * all hold up to cap entries (the heap holds only some of the armed
  * timers, the slots all of them). */
+/* Resize array @a to @n entries, or return -ENOMEM with @a as it was. */
+#define RESIZE_OR_RETURN(a, n)                                              \
+    do {                                                                    \
+        void *na_ = realloc((a), (size_t)(n) * sizeof *(a));                \
+        if (!na_)                                                           \
+            return -ENOMEM;                                                 \
+        (a) = na_;                                                          \
+    } while (0)
+
 static int grow(weft__heap *hp)
 {
     uint32_t ncap = hp->cap ? hp->cap * 2 : 64;
-    weft__hent *nh = realloc(hp->h, (size_t)ncap * sizeof *nh);
-    if (!nh)
-        return -ENOMEM;
-    hp->h = nh;
-    weft__hslot *ns = realloc(hp->slots, (size_t)ncap * sizeof *ns);
-    if (!ns)
-        return -ENOMEM;
-    hp->slots = ns;
-    uint32_t *nf = realloc(hp->free_slots, (size_t)ncap * sizeof *nf);
-    if (!nf)
-        return -ENOMEM;
-    hp->free_slots = nf;
+    RESIZE_OR_RETURN(hp->h, ncap);
+    RESIZE_OR_RETURN(hp->slots, ncap);
+    RESIZE_OR_RETURN(hp->free_slots, ncap);
     hp->cap = ncap;
     return 0;
 }
@@ -113,10 +113,7 @@ static int run_room(weft__heap *hp, uint32_t ri)
     uint32_t ncap = ru->cap ? ru->cap * 2 : 64;
     if (ncap > WEFT__RUN_IDX)
         return -ENOMEM;
-    weft__hent *ne = realloc(ru->e, (size_t)ncap * sizeof *ne);
-    if (!ne)
-        return -ENOMEM;
-    ru->e = ne;
+    RESIZE_OR_RETURN(ru->e, ncap);
     ru->cap = ncap;
     return 0;
 }
