@@ -125,7 +125,7 @@ printf '  spawn + run + exit in batches <= 25 ns: %s ns (from the loop), %s ns (
 printf '  spawn + join one at a time <= 45 ns: %s ns  %s\n' "$jmed" "$(verdict "$jmed <= 45")"
 printf '  1,000,000 parked fibers with guard pages <= 2048 MiB RSS: %s MiB  %s\n' \
   "$rss1m" "$(verdict "$rss1m <= 2048")"
-echo "    (floor: one 4 KiB stack page per parked fiber, 3,906 MiB; docs/ARCHITECTURE.md, 'A parked fiber costs one page')"
+echo "    (floor: one 4 KiB stack page per parked fiber, 3,906 MiB; docs/PERFORMANCE.md, 'A parked fiber costs one page')"
 echo
 echo "targets (issue 25): timer storm within 1.1x its broadcast floor (ratio >= 0.91)"
 for label in 10k 100k 1m; do
