@@ -499,9 +499,9 @@ void weft__reactor_fini(weft__reactor *r)
 int weft__reactor_run_once(weft__reactor *r, bool may_block)
 {
     int64_t timeout = may_block ? -1 : 0;
-    weft__timer *t = weft__heap_top(&r->timers);
-    if (t && timeout != 0) {
-        int64_t d = t->deadline - weft_now();
+    int64_t next = weft__heap_next(&r->timers);
+    if (next != INT64_MAX && timeout != 0) {
+        int64_t d = next - weft_now();
         timeout = d < 0 ? 0 : d;
     }
     if (WEFT_UNLIKELY(r->hook_pending != 0) && timeout != 0) {
@@ -524,7 +524,9 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         r->hook->after(r->hook_arg);
     if (weft__heap_count(&r->timers)) {
         int64_t now = weft_now();
-        while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {
+        weft__timer *t;
+        weft__heap_due(&r->timers, now);
+        while ((t = weft__heap_first_ordered(&r->timers)) && t->deadline <= now) {
             weft__heap_remove(&r->timers, t);
             t->fire(t);
         }
