@@ -231,6 +231,7 @@ struct rstall {
     int64_t ns;           /* stall_ms in ns; 0: off                     */
     bool stop;            /* closed (or stopped): _stall_wait returns nil */
     bool pending;         /* a stall was reported and has not ended     */
+    bool watching;        /* a thread samples (in _stall_wait)          */
     uint64_t seq;         /* its switch count                           */
     int64_t first;        /* when that count was first seen             */
     uint64_t count;       /* stalls detected                            */
@@ -355,6 +356,7 @@ static void *watch_nogvl(void *p)
     int64_t first = 0;
     bool have = false;
     pthread_mutex_lock(&w->mu);
+    w->watching = true;
     while (!w->stop && w->ns > 0) {
         int64_t period = w->ns / 5;
         if (period < 1000000)
@@ -399,6 +401,7 @@ static void *watch_nogvl(void *p)
             break;
         }
     }
+    w->watching = false;
     pthread_mutex_unlock(&w->mu);
     return NULL;
 }
@@ -447,6 +450,18 @@ static VALUE s_stall_wait(VALUE self)
     return rb_ary_new_from_args(3, a.kind == 1 ? sym_stall : sym_ended, ULL2NUM(a.seq), LL2NUM(a.ran));
 }
 
+/* _stall_watching? -> whether the watchdog thread is sampling now. */
+static VALUE s_stall_watching(VALUE self)
+{
+    rsched *s = weft__rb_get_raw(self);
+    if (!s->stall)
+        return Qfalse;
+    pthread_mutex_lock(&s->stall->mu);
+    bool on = s->stall->watching;
+    pthread_mutex_unlock(&s->stall->mu);
+    return on ? Qtrue : Qfalse;
+}
+
 /* _stall_fiber(seq) -> the fiber running now if the loop thread has not
  * switched since stall @seq (else nil). */
 static VALUE s_stall_fiber(VALUE self, VALUE seq)
@@ -491,4 +506,5 @@ void weft__rb_init_dump(VALUE klass)
     rb_define_method(klass, "_stall_set", s_stall_set, 1);
     rb_define_method(klass, "_stall_wait", s_stall_wait, 0);
     rb_define_method(klass, "_stall_fiber", s_stall_fiber, 1);
+    rb_define_method(klass, "_stall_watching?", s_stall_watching, 0);
 }

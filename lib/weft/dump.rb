@@ -42,7 +42,12 @@ module Weft
 
       @stall_ms = ms == ms.to_i ? ms.to_i : ms
       _stall_set((ms * 1_000_000).to_i)
-      @stall_watch = Thread.new { _stall_watch } if ms.positive? && !@stall_watch&.alive?
+      return unless ms.positive? && !@stall_watch&.alive?
+
+      @stall_watch = Thread.new { _stall_watch }
+      # Sampling before this returns: a fiber that spins at once must not
+      # keep the new thread from starting (it needs the GVL for that).
+      Thread.pass until _stall_watching? || !@stall_watch.alive?
     end
 
     # A report of every fiber this scheduler knows: its state, what it

@@ -23,7 +23,7 @@ module Weft
   # limits (max_request_line, max_header_line, max_head, max_headers,
   # max_body), the timeouts (head_timeout, body_timeout, idle_timeout,
   # shutdown_timeout), max_requests, input_memory, backlog, quiet,
-  # backend, log, access_log, preload.
+  # backend, log, access_log, preload, stall_ms, dump_signal.
   #
   # With workers: 0 (the default) #run serves in the calling process; with
   # workers: N it preloads the app and forks N worker processes
@@ -117,6 +117,10 @@ module Weft
       # from a master has its own.
       @stop_r, @stop_w = IO.pipe
       options = @config.backend ? { backend: @config.backend } : {}
+      options[:stall_ms] = @config.stall_ms if @config.stall_ms.positive?
+      # This process answers the dump signal itself (a cluster's master
+      # passes it on to each worker).
+      Weft.dump_on_signal(@config.dump_signal) if @config.dump_signal
       Weft.run(**options) do |scheduler|
         @scheduler = scheduler
         @log.startup(self, scheduler.backend) unless @config.worker_index
