@@ -141,6 +141,7 @@ module Weft
       def self.label(_scheduler, fiber)
         task = task_of(fiber)
         name = task&.name || fiber.instance_variable_get(:@__weft_name)
+        name = name.weft_annotation if name.respond_to?(:weft_annotation)
         text = "fiber #{format("0x%x", fiber.object_id)}"
         text += task ? " (task #{name ? name.inspect : "unnamed"})" : " #{name.inspect}" if task || name
         text
@@ -287,7 +288,9 @@ module Weft
   end
 
   # Name the current fiber in Scheduler#dump and stall reports (a task's
-  # fiber is named by Task#name).
+  # fiber is named by Task#name). +name+: a String, or an object whose
+  # #weft_annotation says it when a report is made (so that naming costs
+  # nothing per request: Weft::Server's connections do that).
   def self.annotate(name)
     Fiber.current.instance_variable_set(:@__weft_name, name)
   end

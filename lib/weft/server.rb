@@ -244,6 +244,7 @@ module Weft
 
     def accept_loop(endpoint)
       listener = endpoint.listener
+      Weft.annotate("accept loop on #{Binder.describe(listener, tls: !endpoint.tls.nil?)}")
       tcp = endpoint.tcp
       backoff_logged = false
       loop do
@@ -311,6 +312,7 @@ module Weft
     # The fiber that takes parked connections back when they have input
     # (or hung up), and closes those idle longer than idle_timeout.
     def watch_parked
+      Weft.annotate("parked keep-alive connections")
       io = IO.for_fd(@poller.fileno, autoclose: false)
       loop do
         io.wait_readable(1.0)
@@ -344,6 +346,7 @@ module Weft
     # progress for write_timeout: a write counts as stuck when it is under
     # way and no new one has begun since it was first seen.
     def watch_writes
+      Weft.annotate("write timeouts")
       period = [@config.write_timeout / 4.0, 1.0].min
       seen = {} # Connection => [writes, since]
       loop do
@@ -371,6 +374,7 @@ module Weft
     # second: a process the master started before it died may still hold
     # the pipe's other end).
     def watch_master(io, master_pid)
+      Weft.annotate("master watch")
       loop do
         break if Process.ppid != master_pid
         break if io.wait_readable(1) && io.read_nonblock(4096, exception: false).nil?
@@ -405,6 +409,7 @@ module Weft
 
     # The server's own fiber: waits for #stop, then shuts down.
     def control
+      Weft.annotate("server control (waits for stop)")
       @stop_r.wait_readable unless @stop_requested
       @stopping = true
       @accepters.each { |f| @scheduler.raise_in(f, Weft::Stop) if f.alive? }

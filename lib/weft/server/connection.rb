@@ -41,6 +41,7 @@ module Weft
       # (Again after being parked: the next request is served.)
       def run
         @fiber = Fiber.current
+        @fiber.instance_variable_set(:@__weft_name, self) # Scheduler#dump asks #weft_annotation
         @server._started(@fiber, self)
         @buf ||= String.new(encoding: BINARY)
         @requests ||= 0
@@ -64,6 +65,13 @@ module Weft
 
       # An HTTPS connection?
       def tls? = !@endpoint.tls.nil?
+
+      # What Scheduler#dump and stall reports call this connection's fiber.
+      def weft_annotation
+        env = @env
+        request = env && " #{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}#{"?#{env["QUERY_STRING"]}" unless env["QUERY_STRING"].to_s.empty?}"
+        "connection from #{@remote_addr || "-"}, request #{(@requests || 0) + 1}#{request}#{" (idle)" if @idle}"
+      end
 
       # When it was parked (Weft.clock), or nil.
       attr_reader :parked_at
