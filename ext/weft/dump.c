@@ -429,7 +429,7 @@ static VALUE s_stall_set(VALUE self, VALUE ns)
     }
     pthread_mutex_lock(&s->stall->mu);
     s->stall->ns = v > 0 ? v : 0;
-    s->stall->stop = false;
+    s->stall->stop = s->closed || !s->r_live; /* closed: stays stopped */
     pthread_cond_broadcast(&s->stall->cv);
     pthread_mutex_unlock(&s->stall->mu);
     return Qnil;

@@ -400,9 +400,12 @@ static VALUE s_pidfd_open(VALUE klass, VALUE pid)
     return INT2NUM((int)fd);
 }
 
-/* Introspection for tests: {waits:, ready:, fd_waits:, timers:, pid:,
- * ring_ops: (transfer-hook ring ops submitted), ops_inflight: (records the
- * kernel still owns)} */
+/* {waits:, ready:, fd_waits:, timers:, pid:, ring_ops: (transfer-hook
+ * ring ops submitted), ops_inflight: (records the kernel still owns),
+ * running:} and the loop's health since it first ran (dump.c): iterations:,
+ * busy_seconds:, wait_seconds:, utilisation:, ready_delay: {count:, p50:,
+ * p99:, max:}, waits_begun: / waits_ended: per kind, timers_fired:,
+ * fibers_spawned:, fibers_ended:, fibers_alive:, fibers_peak:, stalls: */
 static VALUE s_stats(VALUE self)
 {
     rsched *s = weft__rb_get_raw(self);

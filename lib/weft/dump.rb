@@ -42,7 +42,7 @@ module Weft
 
       @stall_ms = ms == ms.to_i ? ms.to_i : ms
       _stall_set((ms * 1_000_000).to_i)
-      return unless ms.positive? && !@stall_watch&.alive?
+      return unless ms.positive? && !@stall_watch&.alive? && !closed?
 
       @stall_watch = Thread.new { _stall_watch }
       # Sampling before this returns: a fiber that spins at once must not

@@ -226,7 +226,9 @@ class TestDump < Minitest::Test
           Weft.spawn(name: "done") { $stdin.read; exit!(0) }
         end
       RUBY
-      env = { "RUBYLIB" => "#{File.expand_path("../../lib", __dir__)}:#{$LOAD_PATH.find { |p| File.exist?(File.join(p, "weft", "weft.so")) }}",
+      # where this process found weft.so first, then lib/
+      so = $LOADED_FEATURES.find { |l| l.end_with?("/weft/weft.so") }
+      env = { "RUBYLIB" => [File.dirname(so, 2), File.expand_path("../../lib", __dir__)].join(File::PATH_SEPARATOR),
               "WEFT_DUMP_SIGNAL" => "USR1" }
       IO.popen(env, [RbConfig.ruby, "-e", script], "r+", err: f.path) do |io|
         assert_equal "ready\n", io.gets
