@@ -233,7 +233,22 @@ module Weft
 
       def short(obj)
         text = obj.inspect
-        text.size > 120 ? "#{text[0, 117]}..." : text
+        text = text.size > 120 ? "#{text[0, 117]}..." : text
+        defined?(BasicSocket) && obj.is_a?(BasicSocket) ? "#{text}#{addresses(obj)}" : text
+      end
+
+      # " to 10.0.0.2:5432" (a connected socket) or " on 0.0.0.0:80"
+      def addresses(sock)
+        peer = begin
+          sock.remote_address.inspect_sockaddr
+        rescue StandardError
+          nil
+        end
+        return " to #{peer}" if peer
+
+        " on #{sock.local_address.inspect_sockaddr}"
+      rescue StandardError
+        ""
       end
 
       def events(mask) = EVENT_NAMES.filter_map { |bit, name| name if mask.anybits?(bit) }.join("|")

@@ -85,6 +85,8 @@ module Weft
         raise ArgumentError, "Weft::Server: max_headers must be at most 100" if @max_headers > 100
         raise ArgumentError, "Weft::Server: max_concurrency must be positive" unless @max_concurrency.positive?
 
+        env_signal = ENV.fetch("WEFT_DUMP_SIGNAL", "")
+        @dump_signal = env_signal if @dump_signal.nil? && !env_signal.empty?
         @dump_signal = check_signal(@dump_signal) if @dump_signal
 
         @tls_contexts = @bind.map { |uri| uri.start_with?("ssl://") ? TLS.context_for(uri, @tls_cert, @tls_key) : nil }

@@ -41,6 +41,7 @@ module Weft
       # (Again after being parked: the next request is served.)
       def run
         @fiber = Fiber.current
+        @done = false
         @fiber.instance_variable_set(:@__weft_name, self) # Scheduler#dump asks #weft_annotation
         @server._started(@fiber, self)
         @buf ||= String.new(encoding: BINARY)
@@ -60,6 +61,7 @@ module Weft
         nil # the peer went away, or the server stops
       ensure
         close unless @hijacked || @parked_at
+        @done = true # its fiber may wait for another connection now
         @server._finished(@fiber)
       end
 
@@ -70,7 +72,9 @@ module Weft
       def weft_annotation
         env = @env
         request = env && " #{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}#{"?#{env["QUERY_STRING"]}" unless env["QUERY_STRING"].to_s.empty?}"
-        "connection from #{@remote_addr || "-"}, request #{(@requests || 0) + 1}#{request}#{" (idle)" if @idle}"
+        number = (@requests || 0) + (@done ? 0 : 1)
+        text = "connection from #{@remote_addr || "-"}, request #{number}#{request}#{" (idle)" if @idle}"
+        @done ? "spare connection fiber (last: #{text})" : text
       end
 
       # When it was parked (Weft.clock), or nil.
