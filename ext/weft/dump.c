@@ -1,8 +1,8 @@
 /*
  * dump.c — observability: what every fiber of a scheduler is doing (the
  * data behind Scheduler#dump, formatted in lib/weft/dump.rb), the loop's
- * health in #stats, the dump signal (Weft._request_dump, answered by the
- * loop itself) and the stall watchdog's sampler.
+ * health in #stats and the dump signal (Weft._request_dump, answered by
+ * the loop itself). The stall watchdog's sampler is in stall.c.
  *
  * Costs on the hot path, all paid elsewhere (loop.c, rsched.h): a wait
  * records what it waits on and the loop's clock when it parks (stores in
@@ -21,7 +21,6 @@ volatile unsigned weft__rb_dump_gen;
 static ID id_signal_dump;
 static VALUE sym_running, sym_ready, sym_waiting, sym_suspended;
 static VALUE sym_fd, sym_ring, sym_file, sym_select, sym_sleep, sym_block, sym_writer;
-static VALUE sym_stall, sym_ended;
 
 /* ---- live schedulers, for the dump signal ------------------------------ */
 
@@ -127,6 +126,13 @@ static VALUE fd_io(rsched *s, int fd)
     return fd >= 0 && fd < s->nfdi ? s->fdi[fd].io : Qnil;
 }
 
+/* [fd, name] of an operation on rw->xfd: @names[rw->aux], @n of them. */
+static VALUE op_detail(const rwait *rw, const char *const *names, int n)
+{
+    const char *name = rw->aux >= 0 && rw->aux < n && names[rw->aux] ? names[rw->aux] : "op";
+    return rb_ary_new_from_args(2, INT2NUM(rw->xfd), rb_str_new_cstr(name));
+}
+
 /* [fiber, state, wait, object, detail, waited_ns, deadline_ns, block] */
 static VALUE entry(rsched *s, VALUE fiber, rwait *rw, VALUE block, int64_t now, VALUE cur)
 {
@@ -148,16 +154,12 @@ static VALUE entry(rsched *s, VALUE fiber, rwait *rw, VALUE block, int64_t now, 
         detail = rb_ary_new_from_args(2, INT2NUM(rw->w.fd), INT2NUM((int)rw->w.events));
         break;
     case WAIT_RING:
-        wait = sym_ring;
-        obj = fd_io(s, rw->xfd);
-        detail = rb_ary_new_from_args(2, INT2NUM(rw->xfd),
-                     rb_str_new_cstr(rw->aux >= 0 && rw->aux <= WEFT__OP_CLOSE ? op_names[rw->aux] : "op"));
-        break;
     case WAIT_FILE:
-        wait = sym_file;
+        wait = rw->what == WAIT_RING ? sym_ring : sym_file;
         obj = fd_io(s, rw->xfd);
-        detail = rb_ary_new_from_args(2, INT2NUM(rw->xfd),
-                     rb_str_new_cstr(rw->aux >= 0 && rw->aux <= OP_PWRITE ? file_op_names[rw->aux] : "op"));
+        detail = rw->what == WAIT_RING
+                     ? op_detail(rw, op_names, (int)(sizeof op_names / sizeof *op_names))
+                     : op_detail(rw, file_op_names, (int)(sizeof file_op_names / sizeof *file_op_names));
         break;
     case WAIT_SELECT: wait = sym_select; break;
     case WAIT_SLEEP: wait = sym_sleep; break;
@@ -224,19 +226,6 @@ static VALUE s_thread(VALUE self)
     return weft__rb_get_raw(self)->thread;
 }
 
-/* The stall watchdog's state (see below). */
-struct rstall {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int64_t ns;           /* stall_ms in ns; 0: off                     */
-    bool stop;            /* closed (or stopped): _stall_wait returns nil */
-    bool pending;         /* a stall was reported and has not ended     */
-    bool watching;        /* a thread samples (in _stall_wait)          */
-    uint64_t seq;         /* its switch count                           */
-    int64_t first;        /* when that count was first seen             */
-    uint64_t count;       /* stalls detected                            */
-};
-
 /* ---- loop health (#stats) ----------------------------------------------- */
 
 static const char *const wait_names[WAIT_NKINDS] = {
@@ -295,181 +284,7 @@ void weft__rb_stats_health(rsched *s, VALUE h)
     aset(h, "fibers_ended", ULL2NUM(st->finished));
     aset(h, "fibers_alive", ULL2NUM(st->spawned - st->finished));
     aset(h, "fibers_peak", ULL2NUM(st->peak));
-    aset(h, "stalls", ULL2NUM(s->stall ? s->stall->count : 0));
-}
-
-/* ---- the stall watchdog -------------------------------------------------
- *
- * A Ruby thread (lib/weft/dump.rb) waits in _stall_wait without the GVL:
- * every period it samples the loop thread's switch counter and whether it
- * is blocked in the backend. A counter that stays the same for stall_ms
- * while the loop thread is not in the backend is a stall: _stall_wait
- * returns, the thread takes the GVL (Ruby hands it over at the spinning
- * fiber's next time-slice end), takes the loop thread's backtrace — still
- * inside the stall, which it checks with _stall_fiber — and reports. The
- * loop pays nothing for it beyond the counter every switch bumps anyway.
- */
-
-static void stall_init(struct rstall *w)
-{
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &a);
-    pthread_condattr_destroy(&a);
-    pthread_mutex_init(&w->mu, NULL);
-}
-
-void weft__rb_stall_stop(rsched *s)
-{
-    struct rstall *w = s->stall;
-    if (!w)
-        return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* In a forked child: the watchdog thread is gone; its lock may be held. */
-void weft__rb_stall_fork(rsched *s)
-{
-    if (s->stall) {
-        stall_init(s->stall);
-        s->stall->pending = false;
-    }
-}
-
-struct watch {
-    rsched *s;
-    int kind;             /* 0: stopped, 1: stall, 2: ended            */
-    uint64_t seq;
-    int64_t ran;
-};
-
-static void *watch_nogvl(void *p)
-{
-    struct watch *a = p;
-    rsched *s = a->s;
-    struct rstall *w = s->stall;
-    uint64_t last = 0;
-    int64_t first = 0;
-    bool have = false;
-    pthread_mutex_lock(&w->mu);
-    w->watching = true;
-    while (!w->stop && w->ns > 0) {
-        int64_t period = w->ns / 5;
-        if (period < 1000000)
-            period = 1000000;
-        if (period > 100000000)
-            period = 100000000;
-        int64_t until = weft_now() + period;
-        struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-        if (w->stop || w->ns <= 0)
-            break;
-        int64_t t = weft_now();
-        uint64_t seq = __atomic_load_n(&s->switches, __ATOMIC_RELAXED);
-        bool idle = __atomic_load_n(&s->idle, __ATOMIC_RELAXED);
-        bool live = __atomic_load_n(&s->bound, __ATOMIC_RELAXED) &&
-                    __atomic_load_n(&s->r_live, __ATOMIC_RELAXED);
-        if (w->pending && seq != w->seq) {
-            w->pending = false;
-            a->kind = 2;
-            a->seq = w->seq;
-            a->ran = t - w->first;
-            break;
-        }
-        if (!live || idle) {
-            have = false;
-            continue;
-        }
-        if (!have || seq != last) {
-            have = true;
-            last = seq;
-            first = t;
-            continue;
-        }
-        if (!w->pending && seq != w->seq && t - first >= w->ns) {
-            w->pending = true;
-            w->seq = seq;
-            w->first = first;
-            w->count++;
-            a->kind = 1;
-            a->seq = seq;
-            a->ran = t - first;
-            break;
-        }
-    }
-    w->watching = false;
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static void watch_ubf(void *p)
-{
-    struct watch *a = p;
-    struct rstall *w = a->s->stall;
-    pthread_mutex_lock(&w->mu);
-    w->stop = true; /* interrupted (Thread#kill): the watchdog ends */
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* _stall_set(ns): stall_ms in ns, 0 off. */
-static VALUE s_stall_set(VALUE self, VALUE ns)
-{
-    rsched *s = weft__rb_get_raw(self);
-    int64_t v = NUM2LL(ns);
-    if (!s->stall) {
-        if (v <= 0)
-            return Qnil;
-        s->stall = ZALLOC(struct rstall);
-        stall_init(s->stall);
-    }
-    pthread_mutex_lock(&s->stall->mu);
-    s->stall->ns = v > 0 ? v : 0;
-    s->stall->stop = s->closed || !s->r_live; /* closed: stays stopped */
-    pthread_cond_broadcast(&s->stall->cv);
-    pthread_mutex_unlock(&s->stall->mu);
-    return Qnil;
-}
-
-/* _stall_wait -> [:stall, seq, ran_ns] (a new stall, going on now),
- * [:ended, seq, ran_ns] (a reported stall is over), or nil (stopped:
- * closed, turned off or interrupted). */
-static VALUE s_stall_wait(VALUE self)
-{
-    rsched *s = weft__rb_get_raw(self);
-    if (!s->stall)
-        return Qnil;
-    struct watch a = {s, 0, 0, 0};
-    rb_thread_call_without_gvl(watch_nogvl, &a, watch_ubf, &a);
-    if (a.kind == 0)
-        return Qnil;
-    return rb_ary_new_from_args(3, a.kind == 1 ? sym_stall : sym_ended, ULL2NUM(a.seq), LL2NUM(a.ran));
-}
-
-/* _stall_watching? -> whether the watchdog thread is sampling now. */
-static VALUE s_stall_watching(VALUE self)
-{
-    rsched *s = weft__rb_get_raw(self);
-    if (!s->stall)
-        return Qfalse;
-    pthread_mutex_lock(&s->stall->mu);
-    bool on = s->stall->watching;
-    pthread_mutex_unlock(&s->stall->mu);
-    return on ? Qtrue : Qfalse;
-}
-
-/* _stall_fiber(seq) -> the fiber running now if the loop thread has not
- * switched since stall @seq (else nil). */
-static VALUE s_stall_fiber(VALUE self, VALUE seq)
-{
-    rsched *s = weft__rb_get_raw(self);
-    if (__atomic_load_n(&s->switches, __ATOMIC_RELAXED) != NUM2ULL(seq))
-        return Qnil;
-    return NIL_P(s->oncpu) ? Qfalse : s->oncpu;
+    aset(h, "stalls", ULL2NUM(weft__rb_stall_count(s)));
 }
 
 /* _spawn_block(fiber) -> the block the fiber was started with, or nil. */
@@ -495,16 +310,15 @@ void weft__rb_init_dump(VALUE klass)
     SYM(sym_sleep, "sleep");
     SYM(sym_block, "block");
     SYM(sym_writer, "writer");
-    SYM(sym_stall, "stall");
-    SYM(sym_ended, "ended");
 #undef SYM
     VALUE mWeft = rb_define_module("Weft");
     rb_define_singleton_method(mWeft, "_request_dump", m_request_dump, 0);
-    rb_define_method(klass, "_fibers", s_fibers, 0);
-    rb_define_method(klass, "_thread", s_thread, 0);
-    rb_define_method(klass, "_spawn_block", s_spawn_block, 1);
-    rb_define_method(klass, "_stall_set", s_stall_set, 1);
-    rb_define_method(klass, "_stall_wait", s_stall_wait, 0);
-    rb_define_method(klass, "_stall_fiber", s_stall_fiber, 1);
-    rb_define_method(klass, "_stall_watching?", s_stall_watching, 0);
+    static const weft__rb_method methods[] = {
+        {"_fibers", RUBY_METHOD_FUNC(s_fibers), 0},
+        {"_thread", RUBY_METHOD_FUNC(s_thread), 0},
+        {"_spawn_block", RUBY_METHOD_FUNC(s_spawn_block), 1},
+        {NULL, NULL, 0},
+    };
+    weft__rb_define_methods(klass, methods);
+    weft__rb_init_stall(klass);
 }

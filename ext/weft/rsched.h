@@ -52,6 +52,7 @@
 #include "reactor.h"
 #include "workers.h"
 #include "evmask.h"
+#include "rbdef.h"
 
 #include <ruby.h>
 #include <ruby/io.h>
@@ -331,9 +332,11 @@ void weft__rb_dump_now(rsched *s);          /* on the loop: to stderr  */
 void weft__rb_sched_register(rsched *s);
 void weft__rb_sched_unregister(rsched *s);
 void weft__rb_stall_stop(rsched *s);
-void weft__rb_stall_mark(rsched *s);
 void weft__rb_stall_fork(rsched *s);
 void weft__rb_init_dump(VALUE klass);
+void weft__rb_init_stall(VALUE klass); /* stall.c */
+/* Stalls the watchdog has detected so far (stall.c). */
+uint64_t weft__rb_stall_count(const rsched *s);
 void weft__rb_stats_health(rsched *s, VALUE h);
 
 /* The fiber @f now runs (a switch, or the loop back from the backend):
