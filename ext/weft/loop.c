@@ -309,7 +309,7 @@ static VALUE loop_body(VALUE p)
                 break;
             s->handoffs = 0;
             switch_to(s, rw->fiber);
-            weft__rb_on_cpu(s, rb_fiber_current());
+            weft__rb_on_cpu(s, s->loop_fiber); /* the loop runs on it */
             if ((++s->ticks % POLL_EVERY) == 0) {
                 s->st.iterations++;
                 (void)weft__reactor_run_once(&s->r, false);
