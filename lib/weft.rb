@@ -15,6 +15,7 @@ require "weft/weft"
 require "weft/version"
 require "weft/scheduler"
 require "weft/task"
+require "weft/dump"
 require "weft/queue"
 require "weft/notification"
 require "weft/semaphore"
@@ -61,7 +62,10 @@ module Weft
     completed = false
     begin
       Fiber.set_scheduler(scheduler)
-      scheduler._fiber_quiet { result = block.call(scheduler) }
+      scheduler._fiber_quiet do
+        Fiber.current.instance_variable_set(:@__weft_block, block) # where #dump says it began
+        result = block.call(scheduler)
+      end
       scheduler.run # raises the first fiber's exception once all have ended
       completed = true
     ensure

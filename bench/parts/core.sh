@@ -17,7 +17,7 @@ big_reps=${WEFT_BENCH_BIG_REPS:-3}
 nswitch=${WEFT_BENCH_SWITCHES:-10000000}
 G=core
 
-for p in core_switch core_spawn core_park boost_switch boost_spawn boost_fiber_yield boost_fiber_spawn; do
+for p in core_switch core_spawn core_park timer_storm boost_switch boost_spawn boost_fiber_yield boost_fiber_spawn; do
   [ -x "$bin/$p" ] || { echo "core.sh: $bin/$p missing (make benches)" >&2; exit 1; }
 done
 
@@ -87,6 +87,23 @@ bench_report $G parked_1m_spawn ns/fiber lower "$spawn" "" "" \
 rss1m=$(bench_median "$total")
 guard1m=$guard
 
+# Timer storm: N fibers sleeping until one deadline against the same N
+# woken by one condition-variable broadcast (the floor: no timer at all).
+# One process per run, the two kinds interleaved.
+declare -A STORM
+for n in 10000 100000 1000000; do
+  r=$reps; [ "$n" -ge 1000000 ] && r=$big_reps
+  s=""; b=""
+  for ((i = 0; i < r; i++)); do
+    s+="$(bench_runs "$bin/timer_storm" sleep "$n" 1) "
+    b+="$(bench_runs "$bin/timer_storm" broadcast "$n" 1) "
+  done
+  label=$(awk -v n="$n" 'BEGIN { print (n >= 1000000) ? n / 1000000 "m" : n / 1000 "k" }')
+  bench_report $G "timer_storm_$label" ns/fiber lower "$s" "broadcast floor" "$b" \
+    "$n fibers: spawn, weft_sleep_until(one deadline), wake; floor: weft_cond_wait, one broadcast (active time only)"
+  STORM[$label]=$(bench_ratio lower "$(bench_median "$s")" "$(bench_median "$b")")
+done
+
 # Targets of issue 2 (benchmarks, not tests).
 ymed=$(bench_median "$yield"); bmed=$(bench_median "$boost"); smed=$(bench_median "$sym")
 verdict() { awk "BEGIN { exit !($1) }" && echo met || echo MISSED; }
@@ -108,4 +125,9 @@ printf '  spawn + run + exit in batches <= 25 ns: %s ns (from the loop), %s ns (
 printf '  spawn + join one at a time <= 45 ns: %s ns  %s\n' "$jmed" "$(verdict "$jmed <= 45")"
 printf '  1,000,000 parked fibers with guard pages <= 2048 MiB RSS: %s MiB  %s\n' \
   "$rss1m" "$(verdict "$rss1m <= 2048")"
-echo "    (floor: one 4 KiB stack page per parked fiber, 3,906 MiB; docs/ARCHITECTURE.md, 'A parked fiber costs one page')"
+echo "    (floor: one 4 KiB stack page per parked fiber, 3,906 MiB; docs/PERFORMANCE.md, 'A parked fiber costs one page')"
+echo
+echo "targets (issue 25): timer storm within 1.1x its broadcast floor (ratio >= 0.91)"
+for label in 10k 100k 1m; do
+  printf '  timer_storm_%-5s %6sx  %s\n' "$label" "${STORM[$label]}" "$(verdict "${STORM[$label]:-0} >= 0.909")"
+done

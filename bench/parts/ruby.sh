@@ -133,7 +133,25 @@ pids=()
 
 echo "   micro-benchmarks: $reps processes each"
 churn() { bench_procs "$reps" "${RB[@]}" bench/ruby/churn.rb "$@"; }
-sleep_w=$(churn weft sleep0); sleep_a=$(churn async sleep0)
+# sleep(0) among N fibers, against Async and against the no-scheduler
+# floor (Fiber#transfer round-robin among N live fibers), interleaved.
+declare -A SL_W SL_A SL_F
+for n in 100 10000 30000; do
+  rounds=10; [ "$n" -le 100 ] && rounds=1000
+  for ((r = 0; r < reps; r++)); do
+    SL_W[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb weft sleep0 "$n" "$rounds") "
+    SL_F[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb floor sleep0 "$n" "$rounds") "
+    SL_A[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb async sleep0 "$n" "$rounds") "
+  done
+done
+sleep_w=${SL_W[10000]}; sleep_a=${SL_A[10000]}
+# Resident memory per parked fiber holding an idle connection (5,000).
+idle_w=""; idle_a=""; idle_f=""
+for ((r = 0; r < reps; r++)); do
+  idle_w+="$(bench_runs "${RB[@]}" bench/ruby/idle_rss.rb weft 5000) "
+  idle_f+="$(bench_runs "${RB[@]}" bench/ruby/idle_rss.rb floor 5000) "
+  idle_a+="$(bench_runs "${RB[@]}" bench/ruby/idle_rss.rb async 5000) "
+done
 spawn_w=$(churn weft spawn); spawn_a=$(churn async spawn)
 rt() { bench_procs "$reps" env ASYNC="$1" "${RB[@]}" bench/ruby/roundtrip.rb "$2" 20000; }
 pipe_w=$(rt 0 pipe); pipe_a=$(rt 1 pipe)
@@ -159,6 +177,17 @@ if [[ " $servers " == *" rb33 "* ]]; then
 fi
 bench_report $G "sleep0_10k_fibers" ns/op lower "$sleep_w" "${label[async]}" "$sleep_a" \
   "10,000 fibers x 10 sleep(0)"
+bench_report $G "rss_per_idle_fiber" bytes lower "$idle_w" "${label[async]}" "$idle_a" \
+  "VmRSS growth per fiber waiting to read an idle socket, 5,000 of them (bench/ruby/idle_rss.rb)"
+bench_report $G "rss_per_idle_fiber_vs_floor" bytes lower "$idle_w" "Fiber.yield floor" "$idle_f" \
+  "the same 5,000 fibers parked in Fiber.yield, no scheduler; target <= 1.15x (ratio >= 0.87)"
+for n in 100 10000 30000; do
+  k=$(awk -v n="$n" 'BEGIN { print (n >= 1000) ? n / 1000 "k" : n }')
+  [ "$n" = 10000 ] || bench_report $G "sleep0_${k}_fibers" ns/op lower "${SL_W[$n]}" "${label[async]}" "${SL_A[$n]}" \
+    "$n fibers x sleep(0)"
+  bench_report $G "sleep0_${k}_fibers_vs_floor" ns/op lower "${SL_W[$n]}" "Fiber#transfer floor" "${SL_F[$n]}" \
+    "$n live fibers, no scheduler: each transfers to the next (bench/ruby/churn.rb floor); target <= 1.2x (ratio >= 0.83)"
+done
 bench_report $G "fiber_spawn" ns/fiber lower "$spawn_w" "${label[async]}" "$spawn_a" \
   "Fiber.schedule {} x 10,000, started and finished"
 bench_report $G "pipe_roundtrip" ns/op lower "$pipe_w" "${label[async]}" "$pipe_a" \

@@ -97,7 +97,8 @@ static VALUE entry_done(VALUE p)
     rsched *s = weft__rb_ours(rb_fiber_scheduler_get());
     if (s) {
         st_data_t key = (st_data_t)rb_fiber_current();
-        st_delete(s->own, &key, NULL);
+        if (st_delete(s->own, &key, NULL))
+            s->st.finished++;
     }
     return Qnil;
 }
@@ -146,7 +147,9 @@ static VALUE start_body(VALUE p)
     unsigned stops = s->stops;
     s->entered = a->fiber;
     s->entered_chained = true;
+    weft__rb_on_cpu(s, a->fiber);
     rb_fiber_resume(a->fiber, a->argc, a->argv);
+    weft__rb_on_cpu(s, rb_fiber_current());
     if (s->stops != stops) {
         if (!RTEST(rb_funcall(rb_fiber_current(), id_blocking_p, 0)))
             rb_exc_raise(weft__rb_stop_exception("stopped: a fiber it started raised SystemExit or a signal"));
@@ -175,12 +178,17 @@ static VALUE start_fiber(VALUE self, int argc, VALUE *argv, bool quiet)
     VALUE proc = rb_block_proc();
     VALUE body = rb_proc_new(quiet ? fiber_entry_quiet : fiber_entry, proc);
     VALUE fiber = rb_funcall_with_block(weft__rb_cFiber, id_new, 0, NULL, body);
-    st_insert(s->own, (st_data_t)fiber, 1);
+    /* The block is kept with it: where the fiber was spawned (#dump). */
+    st_insert(s->own, (st_data_t)fiber, (st_data_t)proc);
+    s->st.spawned++;
+    if (s->st.spawned - s->st.finished > s->st.peak)
+        s->st.peak = s->st.spawned - s->st.finished;
     /* Both stay on this stack until Fiber#initialize has taken the block:
      * the passed block is no GC root, and Fiber.new allocates (under
      * GC.stress on Ruby 3.3 a collected @body crashed Fiber#initialize). */
     RB_GC_GUARD(proc);
     RB_GC_GUARD(body);
+    s->now = weft_now(); /* its first wait's "since" (a spawn is no hot op) */
     struct start_arg a = {s, fiber, argc, argv, s->entered, s->entered_chained};
     rb_ensure(start_body, (VALUE)&a, start_restore, (VALUE)&a);
     return fiber;

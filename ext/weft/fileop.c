@@ -51,7 +51,9 @@ ssize_t weft__rb_file_offload(rsched *s, VALUE buffer, struct fileop *f)
 {
     bool locked = weft__rb_lock_buffer(buffer);
     rwait rw;
-    weft__rb_rw_begin(s, &rw, RW_IO);
+    weft__rb_rw_begin(s, &rw, WAIT_FILE);
+    rw.xfd = f->fd;
+    rw.aux = f->op;
     rw.w.nocancel = true;
     int rc = weft__rjob_submit(&f->job, &s->r, &rw.w, fileop_run, f);
     int state = 0;

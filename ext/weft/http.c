@@ -481,21 +481,20 @@ void weft__http_init(void)
     for (size_t i = 0; i < NMETHODS; i++)
         methods[i].str = fstr(methods[i].name);
 
-    cParser = rb_define_class_under(mHTTP, "Parser", rb_cObject);
-    rb_define_alloc_func(cParser, parser_alloc);
-    rb_define_method(cParser, "initialize", parser_initialize, -1);
-    rb_define_method(cParser, "parse", parser_parse, 2);
-    rb_define_method(cParser, "reset", parser_reset, 0);
-    rb_define_method(cParser, "keep_alive?", parser_keep_alive_p, 0);
-    rb_define_method(cParser, "chunked?", parser_chunked_p, 0);
-    rb_define_method(cParser, "content_length", parser_content_length, 0);
-    rb_define_method(cParser, "expect_continue?", parser_expect_continue_p, 0);
-    rb_define_method(cParser, "version_minor", parser_version_minor, 0);
-    rb_define_method(cParser, "head?", parser_head_p, 0);
-
+    static const weft__rb_method methods[] = {
+        {"initialize", RUBY_METHOD_FUNC(parser_initialize), -1},
+        {"parse", RUBY_METHOD_FUNC(parser_parse), 2},
+        {"reset", RUBY_METHOD_FUNC(parser_reset), 0},
+        {"keep_alive?", RUBY_METHOD_FUNC(parser_keep_alive_p), 0},
+        {"chunked?", RUBY_METHOD_FUNC(parser_chunked_p), 0},
+        {"content_length", RUBY_METHOD_FUNC(parser_content_length), 0},
+        {"expect_continue?", RUBY_METHOD_FUNC(parser_expect_continue_p), 0},
+        {"version_minor", RUBY_METHOD_FUNC(parser_version_minor), 0},
+        {"head?", RUBY_METHOD_FUNC(parser_head_p), 0},
+        {NULL, NULL, 0},
+    };
+    cParser = weft__rb_define_class(mHTTP, "Parser", parser_alloc, methods);
     weft__http_chunked_init(mHTTP);
-
     rb_define_module_function(mHTTP, "reason", http_reason_phrase, 1);
     weft__http_poller_init(mHTTP);
-    rb_gc_register_mark_object(cParser);
 }

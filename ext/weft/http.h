@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "rbdef.h"
+
 /* Option @name (a Symbol key) of the Hash @opts as a positive integer, or
  * @dflt when absent; ArgumentError for zero or a negative number
  * (http.c). */

@@ -45,6 +45,11 @@ static const rb_data_type_t chunked_type = {
     .flags = RUBY_TYPED_FREE_IMMEDIATELY,
 };
 
+static chunked *get_chunked(VALUE self)
+{
+    return rb_check_typeddata(self, &chunked_type);
+}
+
 static VALUE chunked_alloc(VALUE klass)
 {
     chunked *ck;
@@ -52,11 +57,6 @@ static VALUE chunked_alloc(VALUE klass)
     ck->max = UINT64_MAX;
     ck->max_line = 16384;
     return obj;
-}
-
-static chunked *get_chunked(VALUE self)
-{
-    return rb_check_typeddata(self, &chunked_type);
 }
 
 /*
@@ -95,11 +95,39 @@ static int hexval(unsigned char c)
  * lets two parsers disagree on where the body ends: CRLF only, no
  * whitespace before the size, at most 15 hex digits, no control bytes in
  * extensions or trailers. */
+/* The states that take one fixed byte (CR or LF): the byte, and the state
+ * after it (CK_SIZE_LF's depends on the size: see chunked_run). */
+static const unsigned char fixed_byte[CK_DONE] = {
+    [CK_SIZE_LF] = '\n', [CK_DATA_CR] = '\r', [CK_DATA_LF] = '\n',
+    [CK_TRAILER_LF] = '\n', [CK_END_LF] = '\n',
+};
+static const unsigned char fixed_next[CK_DONE] = {
+    [CK_DATA_CR] = CK_DATA_LF, [CK_DATA_LF] = CK_SIZE,
+    [CK_TRAILER_LF] = CK_TRAILER, [CK_END_LF] = CK_DONE,
+};
+
 static long chunked_run(chunked *ck, const unsigned char *src, size_t n, VALUE dst)
 {
     size_t i = 0;
     while (i < n && ck->state != CK_DONE) {
         unsigned char c = src[i];
+        if (fixed_byte[ck->state]) {
+            if (c != fixed_byte[ck->state])
+                return -400;
+            i++;
+            if (ck->state != CK_SIZE_LF) {
+                ck->state = fixed_next[ck->state];
+                ck->digits = 0; /* for CK_SIZE, after CK_DATA_LF */
+                ck->left = 0;
+            } else if (ck->left == 0) {
+                ck->state = CK_TRAILER;
+            } else if (ck->left > ck->max - ck->total) {
+                return -413;
+            } else {
+                ck->state = CK_DATA;
+            }
+            continue;
+        }
         switch (ck->state) {
         case CK_SIZE: {
             int h = hexval(c);
@@ -133,18 +161,6 @@ static long chunked_run(chunked *ck, const unsigned char *src, size_t n, VALUE d
             }
             i++;
             break;
-        case CK_SIZE_LF:
-            if (c != '\n')
-                return -400;
-            i++;
-            if (ck->left == 0) {
-                ck->state = CK_TRAILER;
-            } else {
-                if (ck->left > ck->max - ck->total)
-                    return -413;
-                ck->state = CK_DATA;
-            }
-            break;
         case CK_DATA: {
             size_t take = n - i;
             if ((uint64_t)take > ck->left)
@@ -157,20 +173,6 @@ static long chunked_run(chunked *ck, const unsigned char *src, size_t n, VALUE d
                 ck->state = CK_DATA_CR;
             break;
         }
-        case CK_DATA_CR:
-            if (c != '\r')
-                return -400;
-            ck->state = CK_DATA_LF;
-            i++;
-            break;
-        case CK_DATA_LF:
-            if (c != '\n')
-                return -400;
-            ck->state = CK_SIZE;
-            ck->digits = 0;
-            ck->left = 0;
-            i++;
-            break;
         case CK_TRAILER:
             if (c == '\r') {
                 ck->state = CK_END_LF;
@@ -187,18 +189,6 @@ static long chunked_run(chunked *ck, const unsigned char *src, size_t n, VALUE d
             } else if (++ck->trailers > ck->max_line) {
                 return -400;
             }
-            i++;
-            break;
-        case CK_TRAILER_LF:
-            if (c != '\n')
-                return -400;
-            ck->state = CK_TRAILER;
-            i++;
-            break;
-        case CK_END_LF:
-            if (c != '\n')
-                return -400;
-            ck->state = CK_DONE;
             i++;
             break;
         default:
@@ -244,11 +234,12 @@ static VALUE chunked_size(VALUE self)
 
 void weft__http_chunked_init(VALUE mhttp)
 {
-    VALUE c = rb_define_class_under(mhttp, "Chunked", rb_cObject);
-    rb_define_alloc_func(c, chunked_alloc);
-    rb_define_method(c, "initialize", chunked_initialize, -1);
-    rb_define_method(c, "feed", chunked_feed, 2);
-    rb_define_method(c, "done?", chunked_done_p, 0);
-    rb_define_method(c, "size", chunked_size, 0);
-    rb_gc_register_mark_object(c);
+    static const weft__rb_method methods[] = {
+        {"initialize", RUBY_METHOD_FUNC(chunked_initialize), -1},
+        {"feed", RUBY_METHOD_FUNC(chunked_feed), 2},
+        {"done?", RUBY_METHOD_FUNC(chunked_done_p), 0},
+        {"size", RUBY_METHOD_FUNC(chunked_size), 0},
+        {NULL, NULL, 0},
+    };
+    weft__rb_define_class(mhttp, "Chunked", chunked_alloc, methods);
 }

@@ -39,11 +39,14 @@ static const rb_data_type_t poller_type = {
     .flags = RUBY_TYPED_FREE_IMMEDIATELY,
 };
 
+/* Poller.new: an empty set (its own epoll descriptor, close-on-exec). */
 static VALUE poller_alloc(VALUE klass)
 {
     poller *pl;
     VALUE obj = TypedData_Make_Struct(klass, poller, &poller_type, pl);
-    pl->epfd = -1;
+    pl->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (pl->epfd < 0)
+        rb_sys_fail("epoll_create1");
     return obj;
 }
 
@@ -53,16 +56,6 @@ static poller *get_poller(VALUE self)
     if (pl->epfd < 0)
         rb_raise(rb_eIOError, "closed Weft::HTTP::Poller");
     return pl;
-}
-
-/* Poller.new: an empty set (its own epoll descriptor, close-on-exec). */
-static VALUE poller_initialize(VALUE self)
-{
-    poller *pl = rb_check_typeddata(self, &poller_type);
-    pl->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (pl->epfd < 0)
-        rb_sys_fail("epoll_create1");
-    return self;
 }
 
 /* poller.fileno -> the descriptor that is readable when a socket is. */
@@ -122,14 +115,14 @@ static VALUE poller_close(VALUE self)
 
 void weft__http_poller_init(VALUE mhttp)
 {
-    VALUE c = rb_define_class_under(mhttp, "Poller", rb_cObject);
-    rb_define_alloc_func(c, poller_alloc);
-    rb_define_method(c, "initialize", poller_initialize, 0);
-    rb_define_method(c, "fileno", poller_fileno, 0);
-    rb_define_method(c, "add", poller_add, 1);
-    rb_define_method(c, "ready", poller_ready, 1);
-    rb_define_method(c, "close", poller_close, 0);
-    rb_gc_register_mark_object(c);
+    static const weft__rb_method methods[] = {
+        {"fileno", RUBY_METHOD_FUNC(poller_fileno), 0},
+        {"add", RUBY_METHOD_FUNC(poller_add), 1},
+        {"ready", RUBY_METHOD_FUNC(poller_ready), 1},
+        {"close", RUBY_METHOD_FUNC(poller_close), 0},
+        {NULL, NULL, 0},
+    };
+    weft__rb_define_class(mhttp, "Poller", poller_alloc, methods);
 }
 #else
 void weft__http_poller_init(VALUE mhttp) { (void)mhttp; }

@@ -58,6 +58,7 @@ static void intr_timer_fired(weft__timer *t)
 {
     rintr *ri = (rintr *)((char *)t - offsetof(rintr, timer));
     ri->fired = 1;
+    ri->s->st.timers_fired++;
     intr_kick(ri->s, ri->fiber);
 }
 

@@ -25,7 +25,21 @@ static void rq_push(rsched *s, rwait *rw)
     if (rw->queued)
         return;
     rw->queued = 1;
+    rw->ready_at = 0; /* stamped by the loop's next clock read */
     weft__list_push(&s->ready, &rw->rnode);
+}
+
+/* The loop read its clock: waits that became ready since its last read
+ * (a suffix of the ready list: pushes go to the tail) are stamped with
+ * it, so each is stamped once and the walk costs O(1) per wait. */
+static void rq_stamp(rsched *s)
+{
+    for (weft__node *n = s->ready.tail; n; n = n->prev) {
+        rwait *rw = RW_OF(n, rnode);
+        if (rw->ready_at)
+            break;
+        rw->ready_at = s->now;
+    }
 }
 
 static void rq_remove(rsched *s, rwait *rw)
@@ -39,8 +53,10 @@ static void rq_remove(rsched *s, rwait *rw)
 static rwait *rq_pop(rsched *s)
 {
     rwait *rw = RW_OF(s->ready.head, rnode);
-    if (rw)
+    if (rw) {
         rq_remove(s, rw);
+        weft__rb_note_resume(s, rw);
+    }
     return rw;
 }
 
@@ -51,11 +67,21 @@ static void rw_wake(weft__wait *w)
     rq_push(rw->s, rw);
 }
 
-void weft__rb_rw_begin(rsched *s, rwait *rw, int kind)
+static const uint8_t kind_of[WAIT_NKINDS] = {
+    [WAIT_FD] = RW_IO, [WAIT_RING] = RW_IO, [WAIT_FILE] = RW_IO,
+    [WAIT_SELECT] = RW_IO, [WAIT_SLEEP] = RW_SLEEP, [WAIT_BLOCK] = RW_BLOCK,
+    [WAIT_WRITER] = RW_BLOCK,
+};
+
+void weft__rb_rw_begin(rsched *s, rwait *rw, int what)
 {
     memset(rw, 0, sizeof *rw);
     rw->s = s;
-    rw->kind = (uint8_t)kind;
+    rw->what = (uint8_t)what;
+    rw->kind = kind_of[what];
+    rw->obj = Qnil;
+    rw->since = s->now;
+    s->st.begun[what]++;
     rw->fiber = rb_fiber_current();
     rw->epoch = s->epoch;
     weft__wait_init(&rw->w, &s->r, rw_wake, rw);
@@ -72,6 +98,9 @@ void weft__rb_rw_end(rwait *rw)
     rw->linked = 0;
     if (rw->epoch != s->epoch)
         return; /* begun before a fork: the lists were reset */
+    s->st.ended[rw->what]++;
+    if (rw->w.result == -ETIMEDOUT)
+        s->st.timers_fired++;
     if (rw->w.active)
         weft__wait_complete(&rw->w, -ECANCELED);
     rq_remove(s, rw);
@@ -147,7 +176,14 @@ static void maybe_sweep(rsched *s)
 /* Block in the reactor, without the GVL, until something happens. */
 static void poll_sleep(rsched *s)
 {
+    int64_t t0 = weft_now();
+    __atomic_store_n(&s->idle, true, __ATOMIC_RELAXED);
     rb_nogvl(poll_nogvl, s, poll_ubf, s, RB_NOGVL_UBF_ASYNC_SAFE);
+    __atomic_store_n(&s->idle, false, __ATOMIC_RELAXED);
+    s->now = weft_now();
+    s->st.wait_ns += s->now - t0;
+    weft__rb_on_cpu(s, rb_fiber_current());
+    rq_stamp(s);
     rb_thread_check_ints();
 }
 
@@ -156,6 +192,7 @@ static void poll_blocking(rsched *s)
     maybe_sweep(s);
     /* Collect what is ready now without giving up the GVL: releasing and
      * re-taking it costs far more than one extra non-blocking poll. */
+    s->st.iterations++;
     (void)weft__reactor_run_once(&s->r, false);
     if (!weft__list_empty(&s->ready))
         return;
@@ -208,6 +245,7 @@ static inline void switch_to(rsched *s, VALUE fiber)
 {
     s->entered = fiber;
     s->entered_chained = false;
+    weft__rb_on_cpu(s, fiber);
     rb_fiber_transfer(fiber, 0, NULL);
 }
 
@@ -250,8 +288,17 @@ static VALUE loop_body(VALUE p)
 {
     struct loop_arg *a = (struct loop_arg *)p;
     rsched *s = a->s;
+    if (!s->st.started)
+        s->st.started = weft_now();
     for (;;) {
         weft__rb_check_fork(s);
+        /* The loop's clock: one read per pass (see rsched.now). */
+        s->now = weft_now();
+        rq_stamp(s);
+        if (RB_UNLIKELY(s->dump_gen != weft__rb_dump_gen)) {
+            s->dump_gen = weft__rb_dump_gen;
+            weft__rb_dump_now(s);
+        }
         if (a->until && (rw_done(a->until) || a->until->epoch != s->epoch))
             break;
         if (!NIL_P(a->until_fiber) && !RTEST(rb_fiber_alive_p(a->until_fiber)))
@@ -262,7 +309,9 @@ static VALUE loop_body(VALUE p)
                 break;
             s->handoffs = 0;
             switch_to(s, rw->fiber);
+            weft__rb_on_cpu(s, s->loop_fiber); /* the loop runs on it */
             if ((++s->ticks % POLL_EVERY) == 0) {
+                s->st.iterations++;
                 (void)weft__reactor_run_once(&s->r, false);
                 maybe_sweep(s);
             }
@@ -322,6 +371,7 @@ static void wait_inline(rsched *s, rwait *rw)
         if (!rw->w.active)
             break;
         maybe_sweep(s);
+        s->st.iterations++;
         (void)weft__reactor_run_once(&s->r, false);
         if (rw->queued || !rw->w.active)
             continue;
@@ -365,6 +415,7 @@ void weft__rb_wait_for(rsched *s, rwait *rw)
                 mode = M_TRANSFER; /* nobody resumed us: transfer mode */
                 continue;
             }
+            weft__rb_on_cpu(s, self);
         } else if (NIL_P(s->loop_fiber)) {
             /* No loop runs (a fiber entered by transfer from user code):
              * this fiber becomes the loop until its wait is done. */

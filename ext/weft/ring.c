@@ -62,7 +62,9 @@ int weft__rb_ring_io(rsched *s, VALUE buffer, const weft__opdesc *d,
 {
     bool locked = weft__rb_lock_buffer(buffer);
     rwait rw;
-    weft__rb_rw_begin(s, &rw, RW_IO);
+    weft__rb_rw_begin(s, &rw, WAIT_RING);
+    rw.xfd = d->fd;
+    rw.aux = d->op;
     int state = 0;
     if (weft__op_start(&rw.w, d, deadline) == 0) {
         s->ring_ops++;

@@ -38,6 +38,8 @@
  *   fileop.c     regular-file transfers on the offload pool
  *   select.c     io_select
  *   fiber.c      fibers: start (Fiber.schedule), end, errors; #run
+ *   dump.c       observability: the fiber list behind #dump, #stats'
+ *                loop health, the dump signal, the stall watchdog
  *   http.c       Weft::HTTP (the request-head parser, for Weft::Server)
  *
  * Names: weft__rb_ for what one file offers the others (declared here);
@@ -50,6 +52,7 @@
 #include "reactor.h"
 #include "workers.h"
 #include "evmask.h"
+#include "rbdef.h"
 
 #include <ruby.h>
 #include <ruby/io.h>
@@ -65,6 +68,19 @@
 
 /* What an rwait waits for (rwait.kind). */
 enum { RW_IO = 1, RW_SLEEP, RW_BLOCK, RW_YIELD };
+
+/* What exactly (rwait.what), for #dump and #stats: the argument of
+ * weft__rb_rw_begin, which derives the kind from it. */
+enum {
+    WAIT_FD,      /* readiness of rw.w.fd for rw.w.events (io_wait)       */
+    WAIT_RING,    /* an io_uring op (rw.aux: the op, rw.xfd: its fd)      */
+    WAIT_FILE,    /* a regular-file transfer on the offload pool (xfd)    */
+    WAIT_SELECT,  /* IO.select                                            */
+    WAIT_SLEEP,   /* kernel_sleep                                          */
+    WAIT_BLOCK,   /* block: rw.obj is the blocker (Mutex, Queue, Thread)  */
+    WAIT_WRITER,  /* another fiber's write to rw.ofd (writer.c)           */
+    WAIT_NKINDS
+};
 
 /* The four transfer hooks (weft__rb_do_io, struct fileop). */
 enum { OP_READ, OP_WRITE, OP_PREAD, OP_PWRITE };
@@ -87,6 +103,13 @@ typedef struct rwait {
     uint8_t queued;     /* on rsched.ready                                  */
     uint8_t linked;     /* on rsched.all and in rsched.waiting              */
     uint8_t olinked;    /* on its descriptor's w_waiters                    */
+    uint8_t what;       /* WAIT_FD ... WAIT_WRITER                          */
+    int aux;            /* WAIT_RING: the op (WEFT__OP_*)                   */
+    int xfd;            /* WAIT_RING, WAIT_FILE: the descriptor             */
+    VALUE obj;          /* WAIT_BLOCK: the blocker (on the waiter's stack,
+                         * so it stays put while the fiber waits)         */
+    int64_t since;      /* rsched.now when begun (the loop's clock)         */
+    int64_t ready_at;   /* the loop's clock when first seen ready; 0 until */
 } rwait;
 
 /* A pending interrupt for a fiber: a timeout_after timer or an exception
@@ -193,6 +216,26 @@ struct rsched {
     bool running;              /* a loop runs (on loop_fiber)             */
     bool closed;               /* closed: no post is accepted any more    */
     bool close_pending;        /* #close was called inside the loop       */
+    /* ---- observability (dump.c) ---- */
+    VALUE self;                /* the Weft::Scheduler object              */
+    int64_t now;               /* the loop's clock: read once per loop pass
+                                * (and after a blocking poll), never per op */
+    VALUE oncpu;               /* the fiber last switched into (or the loop) */
+    uint64_t switches;         /* every switch and every return from the
+                                * backend: read by the stall watchdog     */
+    bool idle;                 /* blocked in the backend (GVL released)   */
+    unsigned dump_gen;         /* weft__rb_dump_gen when last dumped      */
+    struct rstats {
+        uint64_t iterations;   /* reactor polls by the loop              */
+        int64_t started;       /* the clock when the loop first ran      */
+        int64_t wait_ns;       /* blocked in the backend                 */
+        uint64_t begun[WAIT_NKINDS], ended[WAIT_NKINDS];
+        uint64_t timers_fired; /* waits ended by their deadline, timeouts */
+        uint64_t spawned, finished, peak;
+        uint64_t delays, delay_max, hist[64]; /* ready -> resume, ns, log2 */
+    } st;
+    struct rstall *stall;      /* the stall watchdog's state, or NULL     */
+    weft__node snode;          /* on the list of live schedulers (dump.c) */
 };
 
 #define RW_OF(n, member) ((n) ? weft__container((n), rwait, member) : NULL)
@@ -241,7 +284,7 @@ static inline void weft__rb_check_fork(rsched *s)
 }
 
 /* loop.c */
-void weft__rb_rw_begin(rsched *s, rwait *rw, int kind);
+void weft__rb_rw_begin(rsched *s, rwait *rw, int what);
 void weft__rb_rw_end(rwait *rw);
 rwait *weft__rb_waiting_of(rsched *s, VALUE fiber);
 bool weft__rb_io_closed(VALUE io);
@@ -282,6 +325,38 @@ ssize_t weft__rb_file_offload(rsched *s, VALUE buffer, struct fileop *f);
 
 /* fiber.c */
 void weft__rb_raise_pending(rsched *s);
+
+/* dump.c */
+extern volatile unsigned weft__rb_dump_gen; /* dump requests so far */
+void weft__rb_dump_now(rsched *s);          /* on the loop: to stderr  */
+void weft__rb_sched_register(rsched *s);
+void weft__rb_sched_unregister(rsched *s);
+void weft__rb_stall_stop(rsched *s);
+void weft__rb_stall_fork(rsched *s);
+void weft__rb_init_dump(VALUE klass);
+void weft__rb_init_stall(VALUE klass); /* stall.c */
+/* Stalls the watchdog has detected so far (stall.c). */
+uint64_t weft__rb_stall_count(const rsched *s);
+void weft__rb_stats_health(rsched *s, VALUE h);
+
+/* The fiber @f now runs (a switch, or the loop back from the backend):
+ * two stores, read by the stall watchdog from its own thread. */
+static inline void weft__rb_on_cpu(rsched *s, VALUE f)
+{
+    s->oncpu = f;
+    __atomic_store_n(&s->switches, s->switches + 1, __ATOMIC_RELAXED);
+}
+
+/* A ready wait is dispatched: its ready -> resume delay, by the loop's
+ * clock (log2 histogram). */
+static inline void weft__rb_note_resume(rsched *s, const rwait *rw)
+{
+    uint64_t d = rw->ready_at && s->now > rw->ready_at ? (uint64_t)(s->now - rw->ready_at) : 0;
+    s->st.hist[d ? 63 - __builtin_clzll(d) : 0]++;
+    s->st.delays++;
+    if (d > s->st.delay_max)
+        s->st.delay_max = d;
+}
 
 /* Each file's hooks and objects, defined on Weft::Scheduler by Init_weft. */
 void weft__rb_init_loop(VALUE klass);

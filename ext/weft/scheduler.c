@@ -22,6 +22,15 @@ static void atfork_child(void) { weft__rb_fork_generation++; }
 
 /* ---- TypedData ------------------------------------------------------- */
 
+static int mark_own_value(st_data_t k, st_data_t v, st_data_t arg)
+{
+    (void)k;
+    (void)arg;
+    if (v > 1)
+        rb_gc_mark((VALUE)v);
+    return ST_CONTINUE;
+}
+
 static void s_mark(void *p)
 {
     rsched *s = p;
@@ -47,6 +56,13 @@ static void s_mark(void *p)
      * take a dead one's address while these still hold it. */
     rb_gc_mark_movable(s->entered);
     rb_gc_mark_movable(s->lw_fiber);
+    rb_gc_mark_movable(s->oncpu);
+    /* The fibers this scheduler started, and their blocks (#dump lists
+     * them): pinned, they are keys. */
+    if (s->own)
+        rb_mark_set(s->own);
+    if (s->own)
+        st_foreach(s->own, mark_own_value, 0);
 }
 
 static void s_compact(void *p)
@@ -68,6 +84,8 @@ static void s_compact(void *p)
     s->fatal = rb_gc_location(s->fatal);
     s->entered = rb_gc_location(s->entered);
     s->lw_fiber = rb_gc_location(s->lw_fiber);
+    s->oncpu = rb_gc_location(s->oncpu);
+    s->self = rb_gc_location(s->self);
 }
 
 static void free_heap_intrs(rsched *s)
@@ -84,6 +102,9 @@ static void free_heap_intrs(rsched *s)
 static void s_free(void *p)
 {
     rsched *s = p;
+    weft__rb_sched_unregister(s);
+    weft__rb_stall_stop(s);
+    xfree(s->stall);
     if (s->r_live)
         weft__reactor_fini(&s->r);
     free_heap_intrs(s);
@@ -138,6 +159,9 @@ static VALUE s_alloc(VALUE klass)
     s->fork_gen = weft__rb_fork_generation;
     s->pid = getpid();
     s->sweep_timer.idx = WEFT__TIMER_IDLE;
+    s->self = obj;
+    s->oncpu = Qnil;
+    s->dump_gen = weft__rb_dump_gen;
     return obj;
 }
 
@@ -199,6 +223,7 @@ void weft__rb_fork_reset(rsched *s)
     s->running = false;
     s->loop_fiber = Qnil;
     s->sweep_timer.idx = WEFT__TIMER_IDLE; /* its heap was abandoned */
+    weft__rb_stall_fork(s);
 }
 
 /* A scheduler belongs to the thread that uses it: Scheduler.new may run
@@ -235,6 +260,7 @@ rsched *weft__rb_get_sched(VALUE self)
 void weft__rb_finalize(rsched *s)
 {
     weft__timer_disarm(&s->r, &s->sweep_timer);
+    weft__rb_stall_stop(s);
     pthread_mutex_lock(&s->lock);
     s->closed = true;
     pthread_mutex_unlock(&s->lock);
@@ -277,6 +303,7 @@ static VALUE s_initialize(int argc, VALUE *argv, VALUE self)
     s->backend = b;
     s->r_live = true;
     s->thread = rb_thread_current();
+    weft__rb_sched_register(s);
     return self;
 }
 
@@ -373,9 +400,12 @@ static VALUE s_pidfd_open(VALUE klass, VALUE pid)
     return INT2NUM((int)fd);
 }
 
-/* Introspection for tests: {waits:, ready:, fd_waits:, timers:, pid:,
- * ring_ops: (transfer-hook ring ops submitted), ops_inflight: (records the
- * kernel still owns)} */
+/* {waits:, ready:, fd_waits:, timers:, pid:, ring_ops: (transfer-hook
+ * ring ops submitted), ops_inflight: (records the kernel still owns),
+ * running:} and the loop's health since it first ran (dump.c): iterations:,
+ * busy_seconds:, wait_seconds:, utilisation:, ready_delay: {count:, p50:,
+ * p99:, max:}, waits_begun: / waits_ended: per kind, timers_fired:,
+ * fibers_spawned:, fibers_ended:, fibers_alive:, fibers_peak:, stalls: */
 static VALUE s_stats(VALUE self)
 {
     rsched *s = weft__rb_get_raw(self);
@@ -396,6 +426,7 @@ static VALUE s_stats(VALUE self)
     rb_hash_aset(h, ID2SYM(rb_intern("ops_inflight")),
                  SIZET2NUM(s->r_live ? s->r.ops_inflight : 0));
     rb_hash_aset(h, ID2SYM(rb_intern("running")), s->running ? Qtrue : Qfalse);
+    weft__rb_stats_health(s, h);
     return h;
 }
 
@@ -431,5 +462,6 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     weft__rb_init_transfer(cScheduler);
     weft__rb_init_select(cScheduler);
     weft__rb_init_fiber(cScheduler);
+    weft__rb_init_dump(cScheduler);
     weft__http_init();
 }

@@ -161,7 +161,7 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
             (deadline != WEFT_FOREVER && weft_now() >= deadline))
             break;
         rwait rw;
-        weft__rb_rw_begin(s, &rw, RW_IO);
+        weft__rb_rw_begin(s, &rw, WAIT_SELECT);
         a.rw = &rw;
         memset(subs, 0, sizeof *subs * (size_t)(n ? n : 1));
         int rc = weft__wait_arm_deadline(&rw.w, deadline);

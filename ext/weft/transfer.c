@@ -129,7 +129,7 @@ static bool xfer_prepare(struct xfer *x, rsched *s, VALUE io, VALUE buffer,
      * That costs a switch to the loop and back instead of a system call,
      * and wins: the loop submits every fiber's op in one io_uring_enter,
      * and a keep-alive Ruby server spends less CPU per request than with
-     * send/recv (docs/ARCHITECTURE.md, "Ruby's single attempts on the
+     * send/recv (docs/PERFORMANCE.md, "Ruby's single attempts on the
      * ring"). A zero deadline stays a non-blocking system call.
      * A regular file's read or write at the file position is never a ring
      * op: the ring reads the position when the op starts and stores it

@@ -122,7 +122,7 @@ int weft__rb_poll_now(int fd, int events)
 int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline)
 {
     rwait rw;
-    weft__rb_rw_begin(s, &rw, RW_IO);
+    weft__rb_rw_begin(s, &rw, WAIT_FD);
     int rc = weft__wait_arm_deadline(&rw.w, deadline);
     if (rc == 0)
         rc = weft__wait_arm_fd(&rw.w, fd, (uint32_t)events);
@@ -273,7 +273,7 @@ static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
     rsched *s = weft__rb_get_sched(self);
     int64_t deadline = weft__rb_to_deadline(argc ? argv[0] : Qnil);
     rwait rw;
-    weft__rb_rw_begin(s, &rw, RW_SLEEP);
+    weft__rb_rw_begin(s, &rw, WAIT_SLEEP);
     if (deadline == 0)
         weft__wait_complete(&rw.w, 0); /* sleep(0): just yield */
     else
@@ -289,7 +289,8 @@ static VALUE s_block(int argc, VALUE *argv, VALUE self)
     rsched *s = weft__rb_get_sched(self);
     int64_t deadline = weft__rb_to_deadline(argc > 1 ? argv[1] : Qnil);
     rwait rw;
-    weft__rb_rw_begin(s, &rw, RW_BLOCK);
+    weft__rb_rw_begin(s, &rw, WAIT_BLOCK);
+    rw.obj = argv[0];
     (void)weft__wait_arm_deadline(&rw.w, deadline);
     int rc = weft__rb_rw_wait(s, &rw, true);
     return rc == -ETIMEDOUT || rc == -EAGAIN ? Qfalse : Qtrue; /* -EAGAIN: timeout 0 */

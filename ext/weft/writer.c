@@ -64,7 +64,7 @@ static void owner_wait(rsched *s, int fd, VALUE cur)
 {
     while (fd < s->nfdi && !NIL_P(s->fdi[fd].w_owner) && s->fdi[fd].w_owner != cur) {
         rwait rw;
-        weft__rb_rw_begin(s, &rw, RW_BLOCK);
+        weft__rb_rw_begin(s, &rw, WAIT_WRITER);
         fdinfo *fi = &s->fdi[fd];
         rw.ofd = fd;
         rw.olinked = 1;

@@ -23,9 +23,15 @@ module Weft
       rescue SystemCallError
         nil
       end
-      return Thread.new { Process::Status.wait(pid, flags) }.value unless fd
+      unless fd
+        return Thread.new do
+          Thread.current.name = "weft process_wait #{pid}" # named in #dump
+          Process::Status.wait(pid, flags)
+        end.value
+      end
 
       io = IO.for_fd(fd, autoclose: true)
+      (@process_waits ||= {})[fd] = pid # #dump names the wait
       begin
         loop do
           status = Process::Status.wait(pid, flags | Process::WNOHANG)
@@ -34,6 +40,7 @@ module Weft
           io_wait(io, IO::READABLE, nil)
         end
       ensure
+        @process_waits.delete(fd)
         io_close(io)
         io.close
       end
@@ -50,6 +57,7 @@ module Weft
 
       require "socket"
       Thread.new do
+        Thread.current.name = "weft address_resolve" # named in #dump
         Addrinfo.getaddrinfo(host, nil, nil, :STREAM).map(&:ip_address).uniq
       rescue SocketError
         []
@@ -58,7 +66,10 @@ module Weft
 
     # blocking_operation_wait(work) (Ruby >= 3.4)
     def blocking_operation_wait(work)
-      Thread.new { work.call }.value
+      Thread.new do
+        Thread.current.name = "weft blocking_operation_wait" # named in #dump
+        work.call
+      end.value
     end
 
     # Raise an exception in +fiber+ the next time it waits in (or wakes

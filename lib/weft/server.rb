@@ -23,7 +23,7 @@ module Weft
   # limits (max_request_line, max_header_line, max_head, max_headers,
   # max_body), the timeouts (head_timeout, body_timeout, idle_timeout,
   # shutdown_timeout), max_requests, input_memory, backlog, quiet,
-  # backend, log, access_log, preload.
+  # backend, log, access_log, preload, stall_ms, dump_signal.
   #
   # With workers: 0 (the default) #run serves in the calling process; with
   # workers: N it preloads the app and forks N worker processes
@@ -117,6 +117,10 @@ module Weft
       # from a master has its own.
       @stop_r, @stop_w = IO.pipe
       options = @config.backend ? { backend: @config.backend } : {}
+      options[:stall_ms] = @config.stall_ms if @config.stall_ms.positive?
+      # This process answers the dump signal itself (a cluster's master
+      # passes it on to each worker).
+      Weft.dump_on_signal(@config.dump_signal) if @config.dump_signal
       Weft.run(**options) do |scheduler|
         @scheduler = scheduler
         @log.startup(self, scheduler.backend) unless @config.worker_index
@@ -240,6 +244,7 @@ module Weft
 
     def accept_loop(endpoint)
       listener = endpoint.listener
+      Weft.annotate("accept loop on #{Binder.describe(listener, tls: !endpoint.tls.nil?)}")
       tcp = endpoint.tcp
       backoff_logged = false
       loop do
@@ -307,6 +312,7 @@ module Weft
     # The fiber that takes parked connections back when they have input
     # (or hung up), and closes those idle longer than idle_timeout.
     def watch_parked
+      Weft.annotate("parked keep-alive connections")
       io = IO.for_fd(@poller.fileno, autoclose: false)
       loop do
         io.wait_readable(1.0)
@@ -340,6 +346,7 @@ module Weft
     # progress for write_timeout: a write counts as stuck when it is under
     # way and no new one has begun since it was first seen.
     def watch_writes
+      Weft.annotate("write timeouts")
       period = [@config.write_timeout / 4.0, 1.0].min
       seen = {} # Connection => [writes, since]
       loop do
@@ -367,6 +374,7 @@ module Weft
     # second: a process the master started before it died may still hold
     # the pipe's other end).
     def watch_master(io, master_pid)
+      Weft.annotate("master watch")
       loop do
         break if Process.ppid != master_pid
         break if io.wait_readable(1) && io.read_nonblock(4096, exception: false).nil?
@@ -401,6 +409,7 @@ module Weft
 
     # The server's own fiber: waits for #stop, then shuts down.
     def control
+      Weft.annotate("server control (waits for stop)")
       @stop_r.wait_readable unless @stop_requested
       @stopping = true
       @accepters.each { |f| @scheduler.raise_in(f, Weft::Stop) if f.alive? }

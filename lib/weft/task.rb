@@ -28,12 +28,16 @@ module Weft
 
     attr_reader :parent, :fiber
 
+    # A name for #dump, stall reports and #inspect (nil: none).
+    attr_accessor :name
+
     # Start +block+ (called with the task) in a new fiber of the current
     # scheduler. +parent+: the task whose children this one joins (default:
     # the current task, if any).
     # +report+: false when the caller raises the task's error itself
     # (otherwise a failure nobody waits for is reported on $stderr).
-    def initialize(parent: Task.current, report: true, &block)
+    # +name+: what Scheduler#dump and stall reports call it.
+    def initialize(parent: Task.current, report: true, name: nil, &block)
       raise ArgumentError, "Weft::Task needs a block" unless block
 
       scheduler = Fiber.scheduler
@@ -48,6 +52,8 @@ module Weft
       @value = @error = nil
       @waiting = 0
       @report = report
+      @name = name
+      @block = block # where it was spawned (#spawned_at)
       parent&._adopt(self)
       @fiber = scheduler._fiber_quiet { run(block) }
     end
@@ -121,7 +127,19 @@ module Weft
       Weft.with_timeout(seconds, &block)
     end
 
-    def inspect = "#<#{self.class} #{status}>"
+    def inspect = @name ? "#<#{self.class} #{@name.inspect} #{status}>" : "#<#{self.class} #{status}>"
+
+    # Where the task was spawned: "file:line" of its block.
+    def spawned_at = @block.source_location&.join(":")
+
+    # The task's Ruby backtrace now (Array of Strings): where it waits, or
+    # the frames of the running code when called from the task itself;
+    # nil once it has ended.
+    def backtrace
+      return nil unless @fiber&.alive?
+
+      Fiber.current.equal?(@fiber) ? caller : @fiber.backtrace
+    end
 
     # :nodoc: used by children on creation and when they end.
     def _adopt(child) = @mutex.synchronize { @children << child }
@@ -240,8 +258,9 @@ module Weft
   # Monotonic seconds.
   def self.clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
-  # Start +block+ as a Task of the current scheduler (see Task.new).
-  def self.spawn(&block) = Task.new(&block)
+  # Start +block+ as a Task of the current scheduler (see Task.new);
+  # +name+ names it in Scheduler#dump and stall reports.
+  def self.spawn(name: nil, &block) = Task.new(name: name, &block)
 
   # Run the block; if it has not finished within +seconds+, raise
   # Weft::TimeoutError inside it (from the current Weft::Scheduler's timers;

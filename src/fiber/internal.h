@@ -8,6 +8,7 @@
 
 #include "reactor.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -346,6 +347,13 @@ void weft__obs_loop(weft_sched_t *s);
  * destruction. */
 void weft__obs_init(weft_sched_t *s);
 void weft__obs_fini(weft_sched_t *s);
+/* weft__precheck(), then -EINVAL unless @args_ok: how a blocking call that
+ * takes objects begins (a bad deadline or a cancel is reported first). */
+static inline int weft__precheck_args(int64_t deadline, bool args_ok)
+{
+    int rc = weft__precheck(deadline);
+    return rc < 0 ? rc : args_ok ? 0 : -EINVAL;
+}
 void weft__overflow_install(weft_sched_t *s);
 void weft__overflow_remove(weft_sched_t *s);
 

@@ -82,11 +82,9 @@ int weft__offload(void *(*fn)(void *), void *arg,
                   int64_t deadline, bool *submitted)
 {
     *submitted = false;
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, fn != NULL);
     if (rc < 0)
         return rc;
-    if (!fn)
-        return -EINVAL;
     if (deadline != WEFT_FOREVER && deadline <= weft_now())
         return weft__expired(deadline);
     job *j = calloc(1, sizeof *j);

@@ -13,7 +13,6 @@
 #define WEFT_WAITQ_H
 
 #include "internal.h"
-#include "list.h"
 
 #include <errno.h>
 

@@ -8,7 +8,7 @@
  * This layer sits on the scheduler (it blocks C fibers) and uses the
  * reactor below it; the reactor knows nothing of it. Its state lives in a
  * weft__io of its own that the scheduler only points to; per descriptor it
- * is a table (weft__iofd, a weft__fdtab_grow table) whose entry is
+ * is a table (weft__iofd, a weft__fdtab_reach table) whose entry is
  * cleared whenever this layer resets the reactor's state of the
  * descriptor (weft__io_fd_reset: close, forget, a fresh descriptor).
  */
@@ -60,11 +60,9 @@ static inline weft__iofd *weft__iofd_grow(weft_sched_t *s, int fd)
     weft__io *io = s->io ? s->io : weft__io_make(s);
     if (!io)
         return NULL;
-    weft__iofd *t = weft__fdtab_grow(io->fds, &io->nfds, fd, sizeof *t);
-    if (!t)
+    if (weft__fdtab_reach(&io->fds, &io->nfds, fd, sizeof *io->fds) < 0)
         return NULL;
-    io->fds = t;
-    return &t[fd];
+    return &io->fds[fd];
 }
 static inline weft__iofd *weft__iofd_get(weft_sched_t *s, int fd)
 {

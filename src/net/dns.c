@@ -90,11 +90,9 @@ int weft_getaddrinfo(const char *node, const char *service,
                      const struct addrinfo *hints, struct addrinfo **res,
                      int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, res && (node || service));
     if (rc < 0)
         return rc;
-    if (!res || (!node && !service))
-        return -EINVAL;
     if (node && reserved_invalid(node))
         return -ENOENT;
     lookup *l = calloc(1, sizeof *l);

@@ -227,11 +227,9 @@ static int reap(weft_proc_t *p)
 
 int weft_proc_join(weft_proc_t *p, int *wstatus, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, p && p->pid > 0);
     if (rc < 0)
         return rc;
-    if (!p || p->pid <= 0)
-        return -EINVAL;
     while (!p->reaped_) {
         if (p->pidfd_ < 0) {
             int st;

@@ -31,35 +31,24 @@ static epstate *S(weft__reactor *r) { return r->bstate; }
 
 static int ep_init(weft__reactor *r)
 {
-    epstate *st = calloc(1, sizeof *st);
-    if (!st)
-        return -ENOMEM;
+    epstate *st = S(r);
     st->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (st->epfd < 0) {
-        int e = errno;
-        free(st);
-        return -e;
-    }
+    if (st->epfd < 0)
+        return -errno;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WEFT__WAKE_TOKEN};
     if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, r->wakefd, &ev) < 0) {
         int e = errno;
         close(st->epfd);
-        free(st);
         return -e;
     }
-    r->bstate = st;
     return 0;
 }
 
 static void ep_fini(weft__reactor *r)
 {
     epstate *st = S(r);
-    if (!st)
-        return;
     close(st->epfd);
     free(st->reg);
-    free(st);
-    r->bstate = NULL;
 }
 
 static int ep_fd_update(weft__reactor *r, int fd)
@@ -68,12 +57,8 @@ static int ep_fd_update(weft__reactor *r, int fd)
     weft__fdstate *fs = &r->fds[fd];
     if ((fd < st->nreg && st->reg[fd]) || weft__list_empty(&fs->waits))
         return 0;
-    if (fd >= st->nreg) {
-        uint8_t *nr = weft__fdtab_grow(st->reg, &st->nreg, fd, sizeof *nr);
-        if (!nr)
-            return -ENOMEM;
-        st->reg = nr;
-    }
+    if (weft__fdtab_reach(&st->reg, &st->nreg, fd, sizeof *st->reg) < 0)
+        return -ENOMEM;
     struct epoll_event ev = {
         .events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP | EPOLLET,
         .data.u64 = weft__fd_token(fd, fs->gen),
@@ -141,10 +126,5 @@ static int ep_poll(weft__reactor *r, int64_t timeout_ns)
 }
 
 const weft__backend_ops weft__backend_epoll = {
-    .name = "epoll",
-    .init = ep_init,
-    .fini = ep_fini,
-    .fd_update = ep_fd_update,
-    .fd_forget = ep_fd_forget,
-    .poll = ep_poll,
+    WEFT__BACKEND_READINESS("epoll", ep),
 };

@@ -30,30 +30,21 @@ static plstate *S(weft__reactor *r) { return r->bstate; }
 
 static int pl_init(weft__reactor *r)
 {
-    plstate *st = calloc(1, sizeof *st);
-    if (!st)
-        return -ENOMEM;
+    plstate *st = S(r);
     st->cap = 64;
     st->pfds = malloc((size_t)st->cap * sizeof *st->pfds);
-    if (!st->pfds) {
-        free(st);
+    if (!st->pfds)
         return -ENOMEM;
-    }
     st->pfds[0] = (struct pollfd){.fd = r->wakefd, .events = POLLIN};
     st->npfds = 1;
-    r->bstate = st;
     return 0;
 }
 
 static void pl_fini(weft__reactor *r)
 {
     plstate *st = S(r);
-    if (!st)
-        return;
     free(st->pfds);
     free(st->slot);
-    free(st);
-    r->bstate = NULL;
 }
 
 static int32_t slot_of(const plstate *st, int fd)
@@ -84,12 +75,8 @@ static int pl_fd_update(weft__reactor *r, int fd)
         slot_remove(st, fd);
         return 0;
     }
-    if (fd >= st->nslot) {
-        int32_t *ns = weft__fdtab_grow(st->slot, &st->nslot, fd, sizeof *ns);
-        if (!ns)
-            return -ENOMEM;
-        st->slot = ns;
-    }
+    if (weft__fdtab_reach(&st->slot, &st->nslot, fd, sizeof *st->slot) < 0)
+        return -ENOMEM;
     if (st->slot[fd] == 0) {
         if (st->npfds == st->cap) {
             int ncap = st->cap * 2;
@@ -141,10 +128,5 @@ static int pl_poll(weft__reactor *r, int64_t timeout_ns)
 }
 
 const weft__backend_ops weft__backend_poll = {
-    .name = "poll",
-    .init = pl_init,
-    .fini = pl_fini,
-    .fd_update = pl_fd_update,
-    .fd_forget = pl_fd_forget,
-    .poll = pl_poll,
+    WEFT__BACKEND_READINESS("poll", pl),
 };

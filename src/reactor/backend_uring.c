@@ -62,7 +62,7 @@ typedef struct uop {
     struct sockaddr *vg_addr;
 } uop;
 
-typedef struct ustate {
+typedef struct urstate {
     struct io_uring ring;
     uop *free;
     uop *all;                /* every record ever allocated            */
@@ -75,15 +75,15 @@ typedef struct ustate {
     bool accept_hints;
     bool inner;              /* reaping from inside get_sqe            */
     bool wake_deferred;      /* the eventfd fired during an inner reap */
-} ustate;
+} urstate;
 
 static void reap(weft__reactor *r);
 
-static ustate *S(weft__reactor *r) { return r->bstate; }
+static urstate *S(weft__reactor *r) { return r->bstate; }
 
 static struct io_uring_sqe *get_sqe(weft__reactor *r)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
     for (int tries = 0; WEFT_UNLIKELY(!sqe) && tries < 8; tries++) {
         /* SQ full: hand what is queued to the kernel. If the kernel will
@@ -102,7 +102,7 @@ static struct io_uring_sqe *get_sqe(weft__reactor *r)
 
 static int arm_wake(weft__reactor *r)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe)
         return -EBUSY;
@@ -161,9 +161,7 @@ static bool probe_ops(struct io_uring *ring)
 
 static int ur_init(weft__reactor *r)
 {
-    ustate *st = calloc(1, sizeof *st);
-    if (!st)
-        return -ENOMEM;
+    urstate *st = S(r);
     unsigned entries = ring_entries();
     struct io_uring_params p;
     memset(&p, 0, sizeof p);
@@ -174,24 +172,18 @@ static int ur_init(weft__reactor *r)
         memset(&p, 0, sizeof p);
         rc = io_uring_queue_init_params(entries, &st->ring, &p);
     }
-    if (rc < 0) {
-        free(st);
+    if (rc < 0)
         return rc;
-    }
     /* Needed: CQEs never dropped on overflow, and waits with a timeout
      * that do not consume an SQE. */
     if (!(p.features & IORING_FEAT_NODROP) || !(p.features & IORING_FEAT_EXT_ARG) ||
         !probe_ops(&st->ring)) {
         io_uring_queue_exit(&st->ring);
-        free(st);
         return -ENOSYS;
     }
-    r->bstate = st;
     rc = arm_wake(r);
     if (rc < 0) {
         io_uring_queue_exit(&st->ring);
-        free(st);
-        r->bstate = NULL;
         return rc;
     }
     probe_accept(r);
@@ -200,9 +192,7 @@ static int ur_init(weft__reactor *r)
 
 static void ur_fini(weft__reactor *r)
 {
-    ustate *st = S(r);
-    if (!st)
-        return;
+    urstate *st = S(r);
     io_uring_queue_exit(&st->ring);
     uop *u = st->all;
     while (u) {
@@ -210,8 +200,6 @@ static void ur_fini(weft__reactor *r)
         free(u);
         u = next;
     }
-    free(st);
-    r->bstate = NULL;
 }
 
 static int ur_fd_update(weft__reactor *r, int fd)
@@ -227,7 +215,7 @@ static void ur_fd_forget(weft__reactor *r, int fd)
     (void)fd; /* the waits on it were completed, cancelling their ops */
 }
 
-static uop *uop_get(ustate *st)
+static uop *uop_get(urstate *st)
 {
     uop *u = st->free;
     if (u) {
@@ -242,7 +230,7 @@ static uop *uop_get(ustate *st)
     return u;
 }
 
-static void uop_put(ustate *st, uop *u)
+static void uop_put(urstate *st, uop *u)
 {
     u->h.wait = NULL;
     u->next = st->free;
@@ -251,7 +239,7 @@ static void uop_put(ustate *st, uop *u)
 
 static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     uop *u = uop_get(st);
     if (!u)
         return -ENOMEM;
@@ -355,7 +343,7 @@ static bool queue_cancel(weft__reactor *r, uop *u)
 
 static void ur_op_cancel(weft__reactor *r, weft__wait *w)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     uop *u = w->op;
     struct io_uring_sqe *sqe = get_sqe(r);
     if (w->op != u) {
@@ -393,7 +381,7 @@ static int poll_result(const weft__wait *w, int res)
 
 static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     if (ud == IGNORE_UD)
         return;
     if (ud == PROBE_UD) {
@@ -453,7 +441,7 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
 
 static void reap(weft__reactor *r)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     struct io_uring_cqe *cqes[REAP_BATCH];
     struct {
         uint64_t ud;
@@ -489,7 +477,7 @@ static void reap(weft__reactor *r)
 
 static int ur_poll(weft__reactor *r, int64_t timeout_ns)
 {
-    ustate *st = S(r);
+    urstate *st = S(r);
     struct io_uring *ring = &st->ring;
     int rc = 0;
     /* Work that found the SQ full earlier: pending cancels, the
@@ -557,12 +545,7 @@ static bool ur_op_ok(int kind, int op)
 }
 
 const weft__backend_ops weft__backend_uring = {
-    .name = "io_uring",
-    .init = ur_init,
-    .fini = ur_fini,
-    .fd_update = ur_fd_update,
-    .fd_forget = ur_fd_forget,
-    .poll = ur_poll,
+    WEFT__BACKEND_READINESS("io_uring", ur),
     .op_submit = ur_op_submit,
     .op_cancel = ur_op_cancel,
     .fd_wait = ur_fd_wait,

@@ -37,31 +37,32 @@ int64_t weft_deadline_in(int64_t ns)
 
 /* ---- descriptor table ------------------------------------------------ */
 
-void *weft__fdtab_grow(void *tab, int *n, int fd, size_t size)
+int weft__fdtab_reach(void *tabp, int *n, int fd, size_t size)
 {
     int old = *n, m = old ? old : 256;
     if (fd < old)
-        return tab;
+        return 0;
     while (m <= fd) {
         if (m > INT32_MAX / 2)
-            return NULL;
+            return -ENOMEM;
         m *= 2;
     }
-    char *t = realloc(tab, (size_t)m * size);
+    char *t;
+    memcpy(&t, tabp, sizeof t); /* tabp points to any object pointer type */
+    t = realloc(t, (size_t)m * size);
     if (!t)
-        return NULL;
+        return -ENOMEM;
     memset(t + (size_t)old * size, 0, (size_t)(m - old) * size);
+    memcpy(tabp, &t, sizeof t);
     *n = m;
-    return t;
+    return 0;
 }
 
 weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
 {
-    weft__fdstate *t = weft__fdtab_grow(r->fds, &r->nfds, fd, sizeof *t);
-    if (!t)
+    if (weft__fdtab_reach(&r->fds, &r->nfds, fd, sizeof *r->fds) < 0)
         return NULL;
-    r->fds = t;
-    return &t[fd];
+    return &r->fds[fd];
 }
 
 static void fd_unlink(weft__reactor *r, weft__wait *w)
@@ -360,9 +361,7 @@ int weft__reactor_post(weft__reactor *r, void (*fn)(void *), void *arg)
     weft__post *p = malloc(sizeof *p);
     if (!p)
         return -ENOMEM;
-    p->fn = fn;
-    p->arg = arg;
-    p->embedded = false;
+    *p = (weft__post){.fn = fn, .arg = arg, .embedded = false};
     weft__reactor_post_node(r, p);
     return 0;
 }
@@ -463,6 +462,30 @@ static const weft__backend_ops *pick_backend(weft_backend_t which, int *err)
     }
 }
 
+/* Start backend r->ops on a zeroed state; on failure none is left. */
+static int backend_init(weft__reactor *r)
+{
+    r->bstate = calloc(1, r->ops->state_size);
+    if (!r->bstate)
+        return -ENOMEM;
+    int rc = r->ops->init(r);
+    if (rc < 0) {
+        free(r->bstate);
+        r->bstate = NULL;
+    }
+    return rc;
+}
+
+/* The backend's state goes (once: the fork path may come first). */
+static void backend_fini(weft__reactor *r)
+{
+    if (r->bstate) {
+        r->ops->fini(r);
+        free(r->bstate);
+    }
+    r->bstate = NULL;
+}
+
 int weft__reactor_init(weft__reactor *r, weft_backend_t which)
 {
     int err;
@@ -474,13 +497,13 @@ int weft__reactor_init(weft__reactor *r, weft_backend_t which)
     if (r->wakefd < 0)
         return -errno;
     pthread_mutex_init(&r->post_lock, NULL);
-    int rc = r->ops->init(r);
+    int rc = backend_init(r);
     if (rc < 0 && r->ops != &weft__backend_epoll &&
         r->ops != &weft__backend_poll) {
         /* io_uring denied (seccomp, container: EPERM/ENOSYS), too old, or
          * out of locked memory: the same program runs on epoll. */
         r->ops = &weft__backend_epoll;
-        rc = r->ops->init(r);
+        rc = backend_init(r);
     }
     if (rc < 0) {
         close(r->wakefd);
@@ -506,7 +529,7 @@ void weft__reactor_fini(weft__reactor *r)
     }
     r->post_head = r->post_tail = NULL;
     atomic_store(&r->posted, 0);
-    r->ops->fini(r);
+    backend_fini(r);
     /* A thread still inside weft__reactor_post_node (its node already
      * drained) leaves the lock before the lock and the eventfd go. */
     pthread_mutex_lock(&r->post_lock);
@@ -526,9 +549,9 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
      * the other when its wait ends: weft__reactor_polled). */
     int64_t t0 = weft_now();
     r->iterations++;
-    weft__timer *t = weft__heap_top(&r->timers);
-    if (t && timeout != 0) {
-        int64_t d = t->deadline - t0;
+    int64_t next = weft__heap_next(&r->timers);
+    if (next != INT64_MAX && timeout != 0) {
+        int64_t d = next - t0;
         timeout = d < 0 ? 0 : d;
     }
     if (WEFT_UNLIKELY(r->hook_pending != 0) && timeout != 0) {
@@ -554,7 +577,9 @@ int weft__reactor_run_once(weft__reactor *r, bool may_block)
         r->hook->after(r->hook_arg);
     if (weft__heap_count(&r->timers)) {
         int64_t now = weft_now();
-        while ((t = weft__heap_top(&r->timers)) && t->deadline <= now) {
+        weft__timer *t;
+        weft__heap_due(&r->timers, now);
+        while ((t = weft__heap_first_ordered(&r->timers)) && t->deadline <= now) {
             weft__heap_remove(&r->timers, t);
             r->timers_fired++;
             t->fire(t);
@@ -569,8 +594,7 @@ void weft__reactor_abandon(weft__reactor *r)
      * closing them (or unmapping the ring) leaves the parent's untouched.
      * Memory is left as it is: it may be shared with nothing, but the
      * child must not walk structures whose kernel side it does not own. */
-    if (r->ops->fini)
-        r->ops->fini(r);
+    backend_fini(r);
     close(r->wakefd);
     r->wakefd = -1;
 }

@@ -12,7 +12,6 @@
 
 #include "weft.h"
 #include "fault.h"
-#include "list.h"
 #include "timer.h"
 
 #include <pthread.h>
@@ -21,6 +20,76 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Intrusive doubly linked lists                                       */
+/* ------------------------------------------------------------------ */
+/* A weft__node lives inside the thing listed (often in a fiber's stack
+ * frame); a weft__list is a head and a tail. Nothing allocates. Used for
+ * the waits on a descriptor, wait queues, channel queues, the connection
+ * pool's idle list and the Ruby extension's wait and ready lists. */
+typedef struct weft__node {
+    struct weft__node *next, *prev;
+} weft__node;
+
+typedef struct weft__list {
+    weft__node *head, *tail;
+} weft__list;
+
+/* The structure of type @type whose member @member is at @ptr. */
+#define weft__container(ptr, type, member) \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static inline bool weft__list_empty(const weft__list *l)
+{
+    return l->head == NULL;
+}
+
+/* Put @n (not in any list) after @prev, or at the head when @prev is NULL. */
+static inline void weft__list_insert_after(weft__list *l, weft__node *prev,
+                                           weft__node *n)
+{
+    weft__node *next = prev ? prev->next : l->head;
+    n->prev = prev;
+    n->next = next;
+    *(prev ? &prev->next : &l->head) = n;
+    *(next ? &next->prev : &l->tail) = n;
+}
+
+/* Append @n (not in any list) at the tail. */
+static inline void weft__list_push(weft__list *l, weft__node *n)
+{
+    weft__list_insert_after(l, l->tail, n);
+}
+
+/* Insert @n (not in any list) at the head. */
+static inline void weft__list_push_front(weft__list *l, weft__node *n)
+{
+    weft__list_insert_after(l, NULL, n);
+}
+
+/* Take @n (in @l) out; its links are cleared. */
+static inline void weft__list_remove(weft__list *l, weft__node *n)
+{
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        l->head = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    else
+        l->tail = n->prev;
+    n->next = n->prev = NULL;
+}
+
+/* Take the head out and return it, or NULL. */
+static inline weft__node *weft__list_pop(weft__list *l)
+{
+    weft__node *n = l->head;
+    if (n)
+        weft__list_remove(l, n);
+    return n;
+}
 
 /* ------------------------------------------------------------------ */
 /* Sanitizer and Valgrind detection                                    */
@@ -141,7 +210,7 @@ typedef struct weft__oprec {
 /*
  * Tables indexed by descriptor number: the reactor's (weft__fdstate, below),
  * the epoll and poll backends' and the I/O layer's (weft__iofd, io.h). Each
- * grows through weft__fdtab_grow, and an entry of zeros means "nothing
+ * grows through weft__fdtab_reach, and an entry of zeros means "nothing
  * known". A number's new life (a close, a forget, a descriptor weft made)
  * starts in weft__reactor_fd_close: waiters are woken, the backend drops
  * its registration (fd_forget), the reactor's entry is reset with its
@@ -149,11 +218,11 @@ typedef struct weft__oprec {
  * entry (weft__fdtab_clear) in the one function through which it calls
  * that (the I/O layer's weft__io_fd_reset).
  */
-/* Grow @tab, a table of @size-byte entries now @*n long, to hold entry @fd
- * (>= 0): doubling from 256, never past INT32_MAX entries, the new entries
- * zeroed. Returns the table (moved or not) with @*n updated, or NULL
- * (ENOMEM, or @fd beyond any table: @tab and @*n unchanged). */
-void *weft__fdtab_grow(void *tab, int *n, int fd, size_t size);
+/* Make the table at *@tabp (a pointer to @size-byte entries, @*n of them)
+ * hold entry @fd (>= 0): doubling from 256, never past INT32_MAX entries,
+ * the new entries zeroed, *@tabp and @*n updated. Returns 0, or -ENOMEM
+ * (no memory, or @fd beyond any table: nothing changed). */
+int weft__fdtab_reach(void *tabp, int *n, int fd, size_t size);
 /* A new life of @fd: its entry (if the table reaches it) zeroed. */
 static inline void weft__fdtab_clear(void *tab, int n, int fd, size_t size)
 {
@@ -191,7 +260,12 @@ typedef struct weft__post {
 
 typedef struct weft__backend_ops {
     const char *name;
+    size_t state_size; /* bstate's size: the reactor allocates it zeroed
+                          before init and frees it after fini (or after
+                          a failed init)                                 */
+    /* Set up bstate; on failure release what it took and return -errno. */
     int (*init)(weft__reactor *r);
+    /* Release what init took (called only when it succeeded). */
     void (*fini)(weft__reactor *r);
     /* The waiter set of @fd changed (first waiter, last waiter, events). */
     int (*fd_update)(weft__reactor *r, int fd);
@@ -217,6 +291,14 @@ typedef struct weft__backend_ops {
      * and waits for readiness on EAGAIN. */
     bool (*op_ok)(int kind, int op);
 } weft__backend_ops;
+
+/* The members every backend has, named by one rule: backend @p's state
+ * is p##state and its functions are p_init, p_fini, p_fd_update,
+ * p_fd_forget and p_poll. */
+#define WEFT__BACKEND_READINESS(label, p)                                   \
+    .name = label, .state_size = sizeof(p##state), .init = p##_init,        \
+    .fini = p##_fini, .fd_update = p##_fd_update,                           \
+    .fd_forget = p##_fd_forget, .poll = p##_poll
 
 extern const weft__backend_ops weft__backend_epoll;
 extern const weft__backend_ops weft__backend_poll;

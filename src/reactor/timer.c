@@ -69,21 +69,21 @@ static void sift_down(weft__heap *hp, uint32_t i, weft__hent e)
 /* Room for one more armed timer: heap, slot table and free-slot stack
  * all hold up to cap entries (the heap holds only some of the armed
  * timers, the slots all of them). */
+/* Resize array @a to @n entries, or return -ENOMEM with @a as it was. */
+#define RESIZE_OR_RETURN(a, n)                                              \
+    do {                                                                    \
+        void *na_ = realloc((a), (size_t)(n) * sizeof *(a));                \
+        if (!na_)                                                           \
+            return -ENOMEM;                                                 \
+        (a) = na_;                                                          \
+    } while (0)
+
 static int grow(weft__heap *hp)
 {
     uint32_t ncap = hp->cap ? hp->cap * 2 : 64;
-    weft__hent *nh = realloc(hp->h, (size_t)ncap * sizeof *nh);
-    if (!nh)
-        return -ENOMEM;
-    hp->h = nh;
-    weft__hslot *ns = realloc(hp->slots, (size_t)ncap * sizeof *ns);
-    if (!ns)
-        return -ENOMEM;
-    hp->slots = ns;
-    uint32_t *nf = realloc(hp->free_slots, (size_t)ncap * sizeof *nf);
-    if (!nf)
-        return -ENOMEM;
-    hp->free_slots = nf;
+    RESIZE_OR_RETURN(hp->h, ncap);
+    RESIZE_OR_RETURN(hp->slots, ncap);
+    RESIZE_OR_RETURN(hp->free_slots, ncap);
     hp->cap = ncap;
     return 0;
 }
@@ -113,10 +113,7 @@ static int run_room(weft__heap *hp, uint32_t ri)
     uint32_t ncap = ru->cap ? ru->cap * 2 : 64;
     if (ncap > WEFT__RUN_IDX)
         return -ENOMEM;
-    weft__hent *ne = realloc(ru->e, (size_t)ncap * sizeof *ne);
-    if (!ne)
-        return -ENOMEM;
-    ru->e = ne;
+    RESIZE_OR_RETURN(ru->e, ncap);
     ru->cap = ncap;
     return 0;
 }
@@ -143,10 +140,10 @@ static int run_pick(const weft__heap *hp, int64_t deadline)
     return fit >= 0 ? fit : empty;
 }
 
-int weft__heap_push(weft__heap *hp, weft__timer *t)
+/* Order @t (pending or not armed): into a run or the heap. Room is
+ * reserved: weft__heap_push grew the arrays for every pending timer. */
+static void order_one(weft__heap *hp, weft__timer *t)
 {
-    if (hp->nfree == 0 && hp->nslots == hp->cap && grow(hp) < 0)
-        return -ENOMEM;
     /* Every slot not in use is on the free stack, so when none is free
      * nslots < cap after growing. */
     int ri = run_pick(hp, t->deadline);
@@ -159,6 +156,7 @@ int weft__heap_push(weft__heap *hp, weft__timer *t)
     }
     uint32_t slot = hp->nfree ? hp->free_slots[--hp->nfree] : hp->nslots++;
     weft__hent e = {t->deadline, hp->seq, slot};
+    t->pnext = t->pprev = NULL;
     hp->slots[slot].t = t;
     t->idx = slot;
     t->seq = hp->seq++;
@@ -171,7 +169,34 @@ int weft__heap_push(weft__heap *hp, weft__timer *t)
     } else {
         sift_up(hp, hp->n++, e);
     }
+}
+
+int weft__heap_push(weft__heap *hp, weft__timer *t)
+{
+    /* Room for every armed timer, pending ones included, so that ordering
+     * them later cannot fail. */
+    if (hp->nslots - hp->nfree + hp->npending >= hp->cap && grow(hp) < 0)
+        return -ENOMEM;
+    t->idx = WEFT__TIMER_PENDING;
+    t->pnext = NULL;
+    t->pprev = hp->ptail;
+    *(hp->ptail ? &hp->ptail->pnext : &hp->phead) = t;
+    hp->ptail = t;
+    if (hp->npending++ == 0 || t->deadline < hp->pending_min)
+        hp->pending_min = t->deadline;
     return 0;
+}
+
+void weft__heap_order(weft__heap *hp)
+{
+    weft__timer *t = hp->phead;
+    hp->phead = hp->ptail = NULL;
+    hp->npending = 0;
+    while (t) {
+        weft__timer *next = t->pnext;
+        order_one(hp, t);
+        t = next;
+    }
 }
 
 void weft__heap_remove(weft__heap *hp, weft__timer *t)
@@ -180,6 +205,13 @@ void weft__heap_remove(weft__heap *hp, weft__timer *t)
     if (slot == WEFT__TIMER_IDLE)
         return;
     t->idx = WEFT__TIMER_IDLE;
+    if (slot == WEFT__TIMER_PENDING) {
+        *(t->pprev ? &t->pprev->pnext : &hp->phead) = t->pnext;
+        *(t->pnext ? &t->pnext->pprev : &hp->ptail) = t->pprev;
+        t->pnext = t->pprev = NULL;
+        hp->npending--;
+        return;
+    }
     uint32_t i = hp->slots[slot].pos;
     hp->free_slots[hp->nfree++] = slot;
     if (i & WEFT__IN_RUN) {
@@ -214,5 +246,7 @@ void weft__heap_fini(weft__heap *hp)
     hp->slots = NULL;
     hp->free_slots = NULL;
     hp->n = hp->cap = hp->nfree = hp->nslots = hp->run_live = 0;
+    hp->phead = hp->ptail = NULL;
+    hp->npending = 0;
     memset(hp->runs, 0, sizeof hp->runs);
 }

@@ -175,21 +175,14 @@ static void rjob_run(weft__pjob *pj)
 {
     weft__rjob *j = (weft__rjob *)pj;
     j->fn(j->arg);
-    j->post.fn = rjob_done;
-    j->post.arg = j;
-    j->post.embedded = true;
+    j->post = (weft__post){.fn = rjob_done, .arg = j, .embedded = true};
     weft__reactor_post_node(j->r, &j->post);
 }
 
 int weft__rjob_submit(weft__rjob *j, weft__reactor *r, weft__wait *w,
                       void (*fn)(void *), void *arg)
 {
-    j->pj.run = rjob_run;
-    j->r = r;
-    j->w = w;
-    j->fn = fn;
-    j->arg = arg;
-    j->done = false;
+    *j = (weft__rjob){.pj.run = rjob_run, .r = r, .w = w, .fn = fn, .arg = arg};
     return weft__pool_submit(&j->pj);
 }
 

@@ -13,7 +13,6 @@
  * meets it.
  */
 #include "internal.h"
-#include "list.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -158,11 +157,9 @@ static int try_recv(weft_chan_t *c, void *elem)
 
 int weft_chan_select(weft_chan_op_t *ops, size_t n, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, ops && n > 0 && n <= (size_t)INT32_MAX);
     if (rc < 0)
         return rc;
-    if (!ops || n == 0 || n > (size_t)INT32_MAX)
-        return -EINVAL;
     for (size_t i = 0; i < n; i++) {
         if (!ops[i].chan ||
             (ops[i].op != WEFT_CHAN_SEND && ops[i].op != WEFT_CHAN_RECV) ||

@@ -28,7 +28,7 @@ enum { K_NONE = 0, K_VALUE = 1, K_FUTURE = 2 };
 #define MAX_DEPTH 64
 
 typedef struct cbnode {
-    struct cbnode *next;
+    weft__node node;         /* in fstate.cbs                              */
     weft_future_cb fn;
     void *arg;
     bool heap;
@@ -43,7 +43,7 @@ struct fstate {
     weft_sched_t *sched;     /* owner loop; immutable                      */
     /* owner thread only */
     bool delivered;
-    cbnode *cb_head, *cb_tail;
+    weft__list cbs;          /* cbnode.node, in subscription order         */
     weft_waitq_t waiters;
     weft__post post;         /* cross-thread or deferred delivery          */
     /* this state as the output of a then() */
@@ -78,12 +78,11 @@ static void unref(fstate *st)
 {
     if (__atomic_fetch_sub(&st->refs, 1, __ATOMIC_ACQ_REL) != 1)
         return;
-    cbnode *c = st->cb_head;
-    while (c) {
-        cbnode *next = c->next;
+    weft__node *n;
+    while ((n = weft__list_pop(&st->cbs))) {
+        cbnode *c = weft__container(n, cbnode, node);
         if (c->heap)
             free(c);
-        c = next;
     }
     free(st);
 }
@@ -107,11 +106,9 @@ static void deliver(fstate *st)
     ref(st);
     depth++;
     wq_wake_all(&st->waiters, 0);
-    cbnode *c;
-    while ((c = st->cb_head)) {
-        st->cb_head = c->next;
-        if (!st->cb_head)
-            st->cb_tail = NULL;
+    weft__node *n;
+    while ((n = weft__list_pop(&st->cbs))) {
+        cbnode *c = weft__container(n, cbnode, node);
         weft_future_cb fn = c->fn;
         void *arg = c->arg;
         if (c->heap)
@@ -162,12 +159,7 @@ static void subscribe_node(fstate *st, cbnode *c)
         fn(arg, st->err, st->value);
         return;
     }
-    c->next = NULL;
-    if (st->cb_tail)
-        st->cb_tail->next = c;
-    else
-        st->cb_head = c;
-    st->cb_tail = c;
+    weft__list_push(&st->cbs, &c->node);
 }
 
 static inline bool on_owner(const fstate *st)
@@ -283,11 +275,9 @@ int weft_future_try_get(const weft_future_t *f, void **value)
 
 int weft_future_get(weft_future_t *f, void **value, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, f != NULL);
     if (rc < 0)
         return rc;
-    if (!f)
-        return -EINVAL;
     fstate *st = S(f);
     if (!on_owner(st))
         return -EPERM;
@@ -313,9 +303,7 @@ int weft_future_subscribe(weft_future_t *f, weft_future_cb cb, void *arg)
     cbnode *c = malloc(sizeof *c);
     if (!c)
         return -ENOMEM;
-    c->fn = cb;
-    c->arg = arg;
-    c->heap = true;
+    *c = (cbnode){.fn = cb, .arg = arg, .heap = true};
     subscribe_node(st, c);
     return 0;
 }
@@ -352,9 +340,7 @@ static void link_fired(void *arg, int err, void *value)
             unref(S(inner));
         } else {
             dst->inner = S(inner);
-            dst->fwd.fn = fwd_fired;
-            dst->fwd.arg = dst;
-            dst->fwd.heap = false;
+            dst->fwd = (cbnode){.fn = fwd_fired, .arg = dst, .heap = false};
             subscribe_node(S(inner), &dst->fwd); /* keeps dst's link ref */
             unref(src);
             return;
@@ -380,9 +366,7 @@ static weft_future_t *then_common(weft_future_t *f, int kind, weft_then_fn vfn,
     dst->ffn = ffn;
     dst->fn_arg = arg;
     dst->src = src; /* takes over the caller's reference */
-    dst->link.fn = link_fired;
-    dst->link.arg = dst;
-    dst->link.heap = false;
+    dst->link = (cbnode){.fn = link_fired, .arg = dst, .heap = false};
     subscribe_node(src, &dst->link);
     return (weft_future_t *)dst;
 }
@@ -445,9 +429,7 @@ static weft_future_t *combine(weft_future_t *const *fs, size_t n,
                 unref(dst);
             break;
         }
-        c->fn = cb;
-        c->arg = dst;
-        c->heap = true;
+        *c = (cbnode){.fn = cb, .arg = dst, .heap = true};
         subscribe_node(S(fs[i]), c);
     }
     return (weft_future_t *)dst;

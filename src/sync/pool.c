@@ -21,7 +21,6 @@
  * expires; the reaper fiber looks only at the tail.
  */
 #include "waitq.h"
-#include "list.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -208,11 +207,9 @@ int weft_pool_create(weft_pool_t **out, const weft_pool_ops_t *ops,
 
 int weft_pool_acquire(weft_pool_t *p, weft_pool_lease_t *lease, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, p && lease);
     if (rc < 0)
         return rc;
-    if (!p || !lease)
-        return -EINVAL;
     memset(lease, 0, sizeof *lease);
     if (p->closed)
         return -ESHUTDOWN;
@@ -333,11 +330,9 @@ int weft_pool_with(weft_pool_t *p, int (*fn)(void *arg, weft_pool_lease_t *lease
 
 int weft_pool_close(weft_pool_t *p, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, p != NULL);
     if (rc < 0)
         return rc;
-    if (!p)
-        return -EINVAL;
     p->closed = true;
     wq_wake_all(&p->q, -ESHUTDOWN);
     wq_wake_all(&p->reaperq, 0);

@@ -16,6 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The end of an object whose only state is wait queue @q (NULL: no
+ * object): its waiters return -EIDRM. */
+static int end_queue(weft_waitq_t *q)
+{
+    if (!q)
+        return -EINVAL;
+    wq_wake_all(q, -EIDRM);
+    return 0;
+}
+
 /* ---- mutex -------------------------------------------------------------- */
 
 int weft_mutex_init(weft_mutex_t *m)
@@ -49,11 +59,9 @@ static void mutex_lock_always(weft_mutex_t *m, weft__fiber *self)
 
 int weft_mutex_lock(weft_mutex_t *m, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, m != NULL);
     if (rc < 0)
         return rc;
-    if (!m)
-        return -EINVAL;
     weft__fiber *self = weft__current();
     if (!m->owner) {
         m->owner = self;
@@ -121,11 +129,9 @@ int weft_cond_init(weft_cond_t *c)
 
 int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, c && m);
     if (rc < 0)
         return rc;
-    if (!c || !m)
-        return -EINVAL;
     weft__fiber *self = weft__current();
     if (m->owner != self)
         return -EPERM;
@@ -167,10 +173,7 @@ int weft_cond_broadcast(weft_cond_t *c)
 
 int weft_cond_destroy(weft_cond_t *c)
 {
-    if (!c)
-        return -EINVAL;
-    wq_wake_all(&c->q, -EIDRM);
-    return 0;
+    return end_queue(c ? &c->q : NULL);
 }
 
 /* ---- notification ------------------------------------------------------- */
@@ -201,11 +204,9 @@ int weft_notification_init(weft_notification_t *n)
 
 int weft_notification_wait(weft_notification_t *n, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, n != NULL);
     if (rc < 0)
         return rc;
-    if (!n)
-        return -EINVAL;
     weft_sched_t *s = weft__sched_tls();
     int st = n_load(n);
     for (;;) {
@@ -297,11 +298,9 @@ int weft_sem_init(weft_sem_t *s, long count)
 
 int weft_sem_acquire(weft_sem_t *s, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, s != NULL);
     if (rc < 0)
         return rc;
-    if (!s)
-        return -EINVAL;
     if (s->count > 0 && !wq_first_active(&s->q)) {
         s->count--;
         return 0;
@@ -340,10 +339,7 @@ long weft_sem_value(const weft_sem_t *s)
 
 int weft_sem_destroy(weft_sem_t *s)
 {
-    if (!s)
-        return -EINVAL;
-    wq_wake_all(&s->q, -EIDRM);
-    return 0;
+    return end_queue(s ? &s->q : NULL);
 }
 
 /* ---- task limiter ------------------------------------------------------- */
@@ -383,17 +379,13 @@ static void *limiter_trampoline(void *p)
 int weft_limiter_spawn(weft_limiter_t *l, weft_fn_t fn, void *arg,
                        int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    int rc = weft__precheck_args(deadline, l && fn && l->limit >= 1);
     if (rc < 0)
         return rc;
-    if (!l || !fn || l->limit < 1)
-        return -EINVAL;
     limiter_task *t = malloc(sizeof *t);
     if (!t)
         return -ENOMEM;
-    t->l = l;
-    t->fn = fn;
-    t->arg = arg;
+    *t = (limiter_task){.l = l, .fn = fn, .arg = arg};
     if (l->running < l->limit && !wq_first_active(&l->q)) {
         l->running++;
     } else {
@@ -418,17 +410,22 @@ long weft_limiter_running(const weft_limiter_t *l)
     return l ? l->running : 0;
 }
 
+/* The wait of weft_limiter_wait() and weft_waitgroup_wait(): until *@count
+ * is 0, on @q, which is woken when it gets there. */
+static int wait_for_zero(const long *count, weft_waitq_t *q, int64_t deadline,
+                         int kind, const void *obj)
+{
+    int rc = weft__precheck_args(deadline, count != NULL);
+    if (rc < 0 || *count == 0)
+        return rc;
+    weft__wq_node n;
+    return wq_block(q, &n, deadline, kind, obj);
+}
+
 int weft_limiter_wait(weft_limiter_t *l, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
-    if (rc < 0)
-        return rc;
-    if (!l)
-        return -EINVAL;
-    if (l->running == 0)
-        return 0;
-    weft__wq_node n;
-    return wq_block(&l->idle, &n, deadline, WEFT_WAIT_LIMITER, l);
+    return wait_for_zero(l ? &l->running : NULL, l ? &l->idle : NULL, deadline,
+                         WEFT_WAIT_LIMITER, l);
 }
 
 int weft_limiter_destroy(weft_limiter_t *l)
@@ -473,21 +470,11 @@ int weft_waitgroup_done(weft_waitgroup_t *wg)
 
 int weft_waitgroup_wait(weft_waitgroup_t *wg, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
-    if (rc < 0)
-        return rc;
-    if (!wg)
-        return -EINVAL;
-    if (wg->count == 0)
-        return 0;
-    weft__wq_node n;
-    return wq_block(&wg->q, &n, deadline, WEFT_WAIT_WAITGROUP, wg);
+    return wait_for_zero(wg ? &wg->count : NULL, wg ? &wg->q : NULL, deadline,
+                         WEFT_WAIT_WAITGROUP, wg);
 }
 
 int weft_waitgroup_destroy(weft_waitgroup_t *wg)
 {
-    if (!wg)
-        return -EINVAL;
-    wq_wake_all(&wg->q, -EIDRM);
-    return 0;
+    return end_queue(wg ? &wg->q : NULL);
 }

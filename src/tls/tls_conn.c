@@ -9,7 +9,7 @@
  * when OpenSSL wants to read, weft_send() out of the output buffer after
  * it wrote. Every wait is a weft call with the caller's deadline, so
  * timeouts, scopes, cancellation and close-while-waiting are the socket
- * calls' own (docs/ARCHITECTURE.md, "TLS", says why this design).
+ * calls' own (docs/design/tls.md says why this design).
  *
  * Concurrency. Fibers interleave only where a weft call blocks, and no
  * OpenSSL call blocks, so OpenSSL sees one call at a time, as in any

@@ -117,6 +117,35 @@ class TestServerProcess < Minitest::Test
     assert_includes out, "[1024]"
   end
 
+  # The dump signal makes the process print its fibers: a request stuck
+  # in the app shows where it waits; sent to a cluster's master, each
+  # worker prints its own.
+  def test_weft_serve_dump_signal
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "--dump-signal", "USR1", "-b", "tcp://127.0.0.1:0")
+    request = Thread.new { http_get(port, "/wait") }
+    wait_for_log(/arrived #{pid}/)
+    Process.kill("USR1", pid)
+    dump = wait_for_log(/^weft dump: pid #{pid}, .*?^end of dump \(\d+ fiber\(s\)\)$/m)[0]
+    assert_match(/^fiber 0x\h+ "connection from 127\.0\.0\.1, request 1 GET \/wait" (waiting \S+ \S+ on sleep, deadline in \S+ \S+|ready \S+ \S+ on sleep)\n  spawned at .*\n    .*config\.ru:4:in /, dump)
+    assert_match(/^fiber 0x\h+ "accept loop on tcp:\/\/127\.0\.0\.1:#{port}" waiting \S+ \S+ on (io_wait readable|io_uring accept) fd \d+ #<Socket:fd \d+/, dump)
+    File.write(File.join(@dir, "go"), "")
+    assert_equal "200", request.value.code
+    Process.kill("TERM", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+
+    @err = nil
+    pid, = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-w", "2", "--dump-signal", "USR1", "-b", "tcp://127.0.0.1:0")
+    workers = 2.times.map { |i| wait_for_log(/worker \d ready \(pid (\d+)\)/, count: i + 1)[1].to_i }
+    Process.kill("USR1", pid)
+    wait_for_log(/USR1: dumping 2 worker\(s\)/)
+    workers.each { |w| wait_for_log(/^weft dump: pid #{w}, /) }
+    wait_for_log(/^end of dump/, count: 2)
+    refute_match(/^weft dump: pid #{pid}, /, log_err)
+    Process.kill("TERM", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+  end
+
   def test_weft_serve_quiet_and_bad_bind
     write_config
     pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-p", "0")

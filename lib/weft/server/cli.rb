@@ -51,7 +51,7 @@ module Weft
               o.on(*flag.split(", "), text) { options[:quiet] = true }
             when :preload
               o.on(flag, text) { |v| options[:preload] = v }
-            when :backend, :tls_cert, :tls_key
+            when :backend, :tls_cert, :tls_key, :dump_signal
               o.on(flag, text) { |v| options[name] = v }
             else
               kind = default.is_a?(Float) ? Float : Integer

@@ -17,6 +17,10 @@ module Weft
     #               (the kernel queues what arrives meanwhile; the
     #               listening sockets stay open in the master throughout).
     #               With --no-preload each new worker loads the app again.
+    #   the dump signal (--dump-signal SIG)
+    #               passed on to every worker, each of which writes its own
+    #               dump (every fiber, what it waits on, its backtrace) to
+    #               stderr; the master has no fibers to show.
     class Cluster
       Worker = Struct.new(:index, :pid, :started, :ready, :retiring)
 
@@ -43,6 +47,7 @@ module Weft
           case event
           when :stop then break
           when :restart then rolling_restart
+          when :dump then forward_dump
           end
         end
         stop_workers
@@ -56,8 +61,19 @@ module Weft
       SIGNALS = { "TERM" => :stop, "INT" => :stop, "USR2" => :restart, "HUP" => :restart }.freeze
 
       def install_traps
-        @old_traps = SIGNALS.to_h do |sig, event|
+        signals = SIGNALS.dup
+        signals[@config.dump_signal] = :dump if @config.dump_signal
+        @old_traps = signals.to_h do |sig, event|
           [sig, trap(sig) { @sig_w.write_nonblock("#{event}\n", exception: false) }]
+        end
+      end
+
+      def forward_dump
+        @log.info("#{@config.dump_signal}: dumping #{@workers.size} worker(s)")
+        @workers.each_key do |pid|
+          Process.kill(@config.dump_signal, pid)
+        rescue Errno::ESRCH
+          nil
         end
       end
 
@@ -98,6 +114,8 @@ module Weft
         master_pid = Process.pid
         pid = fork do
           SIGNALS.each_key { |sig| trap(sig, "DEFAULT") }
+          # Ignored until the worker's loop answers it (Server#run_worker).
+          trap(@config.dump_signal, "IGNORE") if @config.dump_signal
           [@ready_r, @sig_r, @sig_w, @alive_w].each(&:close)
           run_worker(index, ready_w, master_pid)
         end

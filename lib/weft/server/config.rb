@@ -38,6 +38,10 @@ module Weft
       [:preload, true, "--[no-]preload",
        "with workers: load the app in the master before forking (--no-preload: in each worker)"],
       [:backend, nil, "--backend NAME", "Weft::Scheduler backend: io_uring, epoll or poll (default: WEFT_BACKEND or the best)"],
+      [:stall_ms, 0, "--stall-ms MS",
+       "report (on stderr, with its backtrace) a request or fiber that runs longer than MS milliseconds without letting the others run; 0: off (default: WEFT_STALL_MS)"],
+      [:dump_signal, nil, "--dump-signal SIGNAL",
+       "on SIGNAL (e.g. QUIT) a process writes every fiber it runs, what each waits on and its backtrace to stderr; sent to the master of -w N, it is passed to every worker (default: WEFT_DUMP_SIGNAL)"],
     ].freeze
 
     DEFAULTS = OPTIONS.to_h { |name, default, *| [name, default] }.freeze
@@ -54,7 +58,9 @@ module Weft
       attr_accessor :worker_index
 
       INTEGERS = %i[workers max_concurrency max_request_line max_header_line max_head
-                    max_headers max_body input_memory max_requests backlog].freeze
+                    max_headers max_body input_memory max_requests backlog stall_ms].freeze
+      # Signals the server itself answers (Cluster): not for --dump-signal.
+      SERVER_SIGNALS = %w[TERM INT USR2 HUP].freeze
       SECONDS = %i[head_timeout body_timeout idle_timeout write_timeout shutdown_timeout].freeze
 
       def initialize(options)
@@ -79,9 +85,26 @@ module Weft
         raise ArgumentError, "Weft::Server: max_headers must be at most 100" if @max_headers > 100
         raise ArgumentError, "Weft::Server: max_concurrency must be positive" unless @max_concurrency.positive?
 
+        env_signal = ENV.fetch("WEFT_DUMP_SIGNAL", "")
+        @dump_signal = env_signal if @dump_signal.nil? && !env_signal.empty?
+        @dump_signal = check_signal(@dump_signal) if @dump_signal
+
         @tls_contexts = @bind.map { |uri| uri.start_with?("ssl://") ? TLS.context_for(uri, @tls_cert, @tls_key) : nil }
         @access_log = nil if @quiet
         @server_software = "weft/#{Weft::VERSION}"
+      end
+
+      private
+
+      # "QUIT", "SIGQUIT" or "quit" -> "QUIT"
+      def check_signal(sig)
+        name = sig.to_s.upcase.delete_prefix("SIG")
+        raise ArgumentError, "Weft::Server: dump_signal: unknown signal #{sig.inspect}" unless Signal.list.key?(name)
+        if SERVER_SIGNALS.include?(name)
+          raise ArgumentError, "Weft::Server: dump_signal: SIG#{name} is the server's own (#{SERVER_SIGNALS.join(", ")})"
+        end
+
+        name
       end
     end
   end

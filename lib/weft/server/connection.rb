@@ -41,6 +41,8 @@ module Weft
       # (Again after being parked: the next request is served.)
       def run
         @fiber = Fiber.current
+        @done = false
+        @fiber.instance_variable_set(:@__weft_name, self) # Scheduler#dump asks #weft_annotation
         @server._started(@fiber, self)
         @buf ||= String.new(encoding: BINARY)
         @requests ||= 0
@@ -59,11 +61,21 @@ module Weft
         nil # the peer went away, or the server stops
       ensure
         close unless @hijacked || @parked_at
+        @done = true # its fiber may wait for another connection now
         @server._finished(@fiber)
       end
 
       # An HTTPS connection?
       def tls? = !@endpoint.tls.nil?
+
+      # What Scheduler#dump and stall reports call this connection's fiber.
+      def weft_annotation
+        env = @env
+        request = env && " #{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}#{"?#{env["QUERY_STRING"]}" unless env["QUERY_STRING"].to_s.empty?}"
+        number = (@requests || 0) + (@done ? 0 : 1)
+        text = "connection from #{@remote_addr || "-"}, request #{number}#{request}#{" (idle)" if @idle}"
+        @done ? "spare connection fiber (last: #{text})" : text
+      end
 
       # When it was parked (Weft.clock), or nil.
       attr_reader :parked_at
