@@ -1,6 +1,7 @@
 /*
  * dump.c — what every fiber is doing (weft_fibers_each, weft_dump), the
- * dump on a signal, and the stall detector.
+ * dump on a signal, the stall detector and the counters
+ * (weft_sched_stats).
  *
  * Nothing here runs on a hot path. What the hot paths pay for it is in
  * sched.c: weft__block stores what a fiber waits for (a kind and an
@@ -692,4 +693,54 @@ void weft__obs_fini(weft_sched_t *s)
 {
     stall_stop(s);
     dump_unregister(s);
+}
+
+/* ---- counters (weft_sched_stats) --------------------------------------- */
+
+int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
+{
+    if (!s || !st)
+        return -EINVAL;
+    memset(st, 0, sizeof *st);
+    st->fibers = s->live;
+    st->handles = s->handles;
+    st->timers = weft__reactor_timers(&s->r);
+    st->waits = s->r.nwaits;
+    st->fd_waits = s->r.nfd_waits;
+    st->posted = atomic_load(&((weft_sched_t *)s)->r.posted);
+    st->stacks_cached = s->stacks.n;
+    st->stacks_unguarded = s->stacks.unguarded;
+    st->ops = s->r.ops_inflight;
+    st->switches = s->switches;
+    st->spawned = s->spawned;
+    st->ended = s->spawned - s->live;
+    st->peak_fibers = s->peak_live;
+    st->iterations = s->r.iterations;
+    st->wait_ns = s->r.wait_ns;
+    int64_t run = s->run_ns + (s->running ? weft_now() - s->run_t0 : 0);
+    st->busy_ns = run > s->r.wait_ns ? run - s->r.wait_ns : 0;
+    st->timers_fired = s->r.timers_fired;
+    for (int k = 0; k < 8; k++) {
+        st->ops_submitted[k] = s->r.ops_sub[k];
+        st->ops_completed[k] = s->r.ops_done[k];
+    }
+    uint64_t n = 0;
+    for (int b = 0; b < 64; b++)
+        n += s->delay_hist[b];
+    /* A bucket's upper bound: bucket b holds delays below 2^(b+1). */
+    uint64_t acc = 0;
+    int64_t p50 = -1, p99 = -1;
+    for (int b = 0; b < 64 && n; b++) {
+        acc += s->delay_hist[b];
+        int64_t hi = b >= 62 ? INT64_MAX : ((int64_t)1 << (b + 1)) - 1;
+        if (p50 < 0 && acc * 2 >= n)
+            p50 = hi;
+        if (p99 < 0 && acc * 100 >= n * 99)
+            p99 = hi;
+    }
+    st->ready_delay_p50_ns = p50 < 0 ? 0 : p50 > s->delay_max ? s->delay_max : p50;
+    st->ready_delay_p99_ns = p99 < 0 ? 0 : p99 > s->delay_max ? s->delay_max : p99;
+    st->ready_delay_max_ns = s->delay_max;
+    st->stalls = s->stalls;
+    return 0;
 }

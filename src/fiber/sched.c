@@ -947,54 +947,6 @@ int weft_sched_post(weft_sched_t *s, void (*fn)(void *), void *arg)
     return weft__reactor_post(&s->r, fn, arg);
 }
 
-int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
-{
-    if (!s || !st)
-        return -EINVAL;
-    memset(st, 0, sizeof *st);
-    st->fibers = s->live;
-    st->handles = s->handles;
-    st->timers = weft__reactor_timers(&s->r);
-    st->waits = s->r.nwaits;
-    st->fd_waits = s->r.nfd_waits;
-    st->posted = atomic_load(&((weft_sched_t *)s)->r.posted);
-    st->stacks_cached = s->stacks.n;
-    st->stacks_unguarded = s->stacks.unguarded;
-    st->ops = s->r.ops_inflight;
-    st->switches = s->switches;
-    st->spawned = s->spawned;
-    st->ended = s->spawned - s->live;
-    st->peak_fibers = s->peak_live;
-    st->iterations = s->r.iterations;
-    st->wait_ns = s->r.wait_ns;
-    int64_t run = s->run_ns + (s->running ? weft_now() - s->run_t0 : 0);
-    st->busy_ns = run > s->r.wait_ns ? run - s->r.wait_ns : 0;
-    st->timers_fired = s->r.timers_fired;
-    for (int k = 0; k < 8; k++) {
-        st->ops_submitted[k] = s->r.ops_sub[k];
-        st->ops_completed[k] = s->r.ops_done[k];
-    }
-    uint64_t n = 0;
-    for (int b = 0; b < 64; b++)
-        n += s->delay_hist[b];
-    /* A bucket's upper bound: bucket b holds delays below 2^(b+1). */
-    uint64_t acc = 0;
-    int64_t p50 = -1, p99 = -1;
-    for (int b = 0; b < 64 && n; b++) {
-        acc += s->delay_hist[b];
-        int64_t hi = b >= 62 ? INT64_MAX : ((int64_t)1 << (b + 1)) - 1;
-        if (p50 < 0 && acc * 2 >= n)
-            p50 = hi;
-        if (p99 < 0 && acc * 100 >= n * 99)
-            p99 = hi;
-    }
-    st->ready_delay_p50_ns = p50 < 0 ? 0 : p50 > s->delay_max ? s->delay_max : p50;
-    st->ready_delay_p99_ns = p99 < 0 ? 0 : p99 > s->delay_max ? s->delay_max : p99;
-    st->ready_delay_max_ns = s->delay_max;
-    st->stalls = s->stalls;
-    return 0;
-}
-
 int weft_run(weft_fn_t fn, void *arg, void **result)
 {
     weft_sched_t *s = weft_sched_self();
