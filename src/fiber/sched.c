@@ -849,6 +849,21 @@ weft_sched_t *weft_sched_self(void)
     return s;
 }
 
+/* Ready -> running delay, sampled once per loop iteration (each poll of
+ * the reactor): the fiber at the head of the run queue, the one that has
+ * waited longest, at the loop clock's resolution (a bucket by the delay's
+ * bit length). Not per dispatch: that cost every spawn and yield. */
+static inline void sample_delay(weft_sched_t *s)
+{
+    weft__fiber *f = s->rq_head;
+    if (!f)
+        return;
+    int64_t d = s->r.stamp - f->stamp;
+    s->delay_hist[63 - __builtin_clzll((uint64_t)d | 1)]++;
+    if (d > s->delay_max)
+        s->delay_max = d;
+}
+
 int weft_sched_run(weft_sched_t *s)
 {
     if (!s)
@@ -868,20 +883,12 @@ int weft_sched_run(weft_sched_t *s)
                 rc = weft__reactor_run_once(&s->r, false);
                 if (rc < 0)
                     break;
+                sample_delay(s);
                 if (WEFT_UNLIKELY(s->obs_pending ||
                                   atomic_load_explicit(&s->dump_req, memory_order_relaxed)))
                     weft__obs_loop(s);
             }
-            weft__fiber *f = rq_pop(s);
-            /* Ready -> running delay, sampled once per iteration: the
-             * fiber at the head of the run queue, the one that waited
-             * longest, at the loop clock's resolution (a bucket by the
-             * delay's bit length). Not per pop: that cost a yield 0.4 ns. */
-            int64_t d = s->r.stamp - f->stamp;
-            s->delay_hist[63 - __builtin_clzll((uint64_t)d | 1)]++;
-            if (d > s->delay_max)
-                s->delay_max = d;
-            do_switch(s, &s->main, f);
+            do_switch(s, &s->main, rq_pop(s));
             continue;
         }
         /* Ops abandoned to the kernel (cancelled polls) complete soon:
@@ -900,6 +907,7 @@ int weft_sched_run(weft_sched_t *s)
         atomic_store_explicit(&s->idle, 0, memory_order_relaxed);
         if (rc < 0)
             break;
+        sample_delay(s);
         if (WEFT_UNLIKELY(s->obs_pending ||
                           atomic_load_explicit(&s->dump_req, memory_order_relaxed)))
             weft__obs_loop(s);
