@@ -156,6 +156,35 @@ static inline int h_end(void)
     return 0;
 }
 
+/* Send stderr to an unlinked temporary file until h_stderr_end(). */
+typedef struct h_capture {
+    int saved, fd;
+} h_capture;
+static inline h_capture h_stderr_begin(void)
+{
+    fflush(stderr);
+    h_capture c = {dup(2), -1};
+    char path[] = "/tmp/weft-test-XXXXXX";
+    c.fd = mkstemp(path);
+    CHECK(c.saved >= 0 && c.fd >= 0);
+    unlink(path);
+    CHECK_EQ(dup2(c.fd, 2), 2);
+    return c;
+}
+/* Put stderr back and read what was written into @buf (@size bytes,
+ * NUL-terminated); returns the length, > 0. */
+static inline size_t h_stderr_end(h_capture c, char *buf, size_t size)
+{
+    fflush(stderr);
+    CHECK_EQ(dup2(c.saved, 2), 2);
+    close(c.saved);
+    ssize_t n = pread(c.fd, buf, size - 1, 0);
+    close(c.fd);
+    CHECK(n > 0);
+    buf[n] = '\0';
+    return (size_t)n;
+}
+
 /* Run @fn as the main fiber of this test and check it returned NULL. */
 static inline void h_run(weft_fn_t fn, void *arg)
 {

@@ -360,13 +360,7 @@ static void every_kind(void)
 /* A dump on a signal: the handler wakes the loop, which writes it. */
 static void on_signal(void)
 {
-    fflush(stderr);
-    int saved = dup(2);
-    char path[] = "/tmp/weft-dump-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    CHECK_EQ(dup2(fd, 2), 2);
+    h_capture cap = h_stderr_begin();
     CHECK_EQ(weft_dump_on_signal(SIGUSR1), 0);
     CHECK_EQ(weft_dump_on_signal(SIGUSR2), -EINVAL); /* one signal at a time */
     weft_fiber_t p;
@@ -377,14 +371,8 @@ static void on_signal(void)
     /* The loop writes it at its next iteration: a sleep lets it turn. */
     CHECK_EQ(weft_sleep(WEFT_MS), 0);
     CHECK_EQ(weft_dump_on_signal(0), 0);
-    fflush(stderr);
-    CHECK_EQ(dup2(saved, 2), 2);
-    close(saved);
     char buf[8192];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = '\0';
+    (void)h_stderr_end(cap, buf, sizeof buf);
     CHECK(strstr(buf, "weft: 2 fibers") != NULL);
     CHECK(strstr(buf, "\"parked-for-the-signal\": waiting for ") != NULL);
     CHECK(strstr(buf, "weft: end of dump") != NULL);

@@ -59,25 +59,13 @@ static void *body(void *arg)
 
     /* 1. WEFT_STALL_MS=50 (set by main): one line on stderr. */
     H_CASE("stderr");
-    fflush(stderr);
-    int saved = dup(2);
-    char path[] = "/tmp/weft-stall-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    CHECK_EQ(dup2(fd, 2), 2);
+    h_capture cap = h_stderr_begin();
     weft_fiber_t h = spawn_spinner("spin-stderr");
     CHECK_EQ(weft_join(h, NULL, WEFT_FOREVER), 0);
     /* The loop reports at its next iteration. */
     CHECK_EQ(weft_sleep(WEFT_MS), 0);
-    fflush(stderr);
-    CHECK_EQ(dup2(saved, 2), 2);
-    close(saved);
     char buf[4096];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = '\0';
+    (void)h_stderr_end(cap, buf, sizeof buf);
     printf("%s", buf);
     char *line = strstr(buf, "weft: stall: fiber ");
     CHECK(line != NULL);
