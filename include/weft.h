@@ -525,8 +525,8 @@ typedef struct weft_fiber_info {
     const void *spawn_caller; /**< the return address in its spawner:
                                    where weft_spawn() was called           */
     int detached;             /**< spawned without a handle, or detached   */
-    int nframes;              /**< frames in @c frames (0: running, or no
-                                   frame pointers to follow)               */
+    int nframes;              /**< frames in @c frames (0: never ran, or
+                                   nothing to unwind by)                   */
     void *frames[WEFT_DUMP_FRAMES]; /**< return addresses of a waiting or
                                    ready fiber's saved stack, innermost
                                    first                                   */
@@ -540,10 +540,16 @@ typedef struct weft_fiber_info {
  * (a weft_sched_post() callback). @p cb must not spawn, switch or block;
  * it may stop the walk early by returning non-zero.
  *
- * A waiting or ready fiber's frames are found by following the frame
- * pointers of its saved context (libweft is built with
- * -fno-omit-frame-pointer; code built without them ends the chain early).
- * None with the ucontext fallback.
+ * A waiting or ready fiber's frames are unwound from its saved context.
+ * On x86-64, where libweft was built with libunwind's header (Debian:
+ * libunwind-dev), the unwinder follows each object's DWARF call-frame
+ * information, so code built with or without frame pointers unwinds; the
+ * first call loads libunwind.so.8 (libunwind8) with dlopen(3), and
+ * libunwind then keeps a pipe (two descriptors) open for the life of the
+ * process. Elsewhere, or when libunwind.so.8 is not installed, the walk
+ * follows frame pointers (libweft is then built with
+ * -fno-omit-frame-pointer; code built without them ends the chain early),
+ * and a ucontext build (the portable switch) reports none.
  *
  * @return the number of fibers reported, -EINVAL for NULL @p s or @p cb,
  * -EPERM from another thread.

@@ -17,5 +17,9 @@ echo "PG_CFLAGS := $pg"
 # shellcheck disable=SC2086
 echo "HAVE_PQ := $(links '#include <libpq-fe.h>\nint main(void){return PQlibVersion()>0?0:1;}\n' $pg -lpq)"
 echo "HAVE_SSL := $(links '#include <openssl/ssl.h>\nint main(void){return OPENSSL_VERSION_MAJOR>=3&&OPENSSL_init_ssl(0,0)?0:1;}\n' -lssl -lcrypto)"
+# libunwind's header, for weft_dump's backtraces (the library loads
+# libunwind.so.8 itself when a dump is taken: nothing to link). x86-64 only:
+# dump.c builds the unwinder's context from the x86-64 switch's registers.
+echo "HAVE_UNWIND := $(links '#include <libunwind.h>\n#ifndef __x86_64__\n#error x86-64 only\n#endif\nint main(void){return 0;}\n')"
 echo "HAVE_DOC := $(command -v doxygen >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1 && echo 1)"
 echo "RUBY_HDRS := $("$ruby" -rrbconfig -e 'print File.exist?(File.join(RbConfig::CONFIG["rubyhdrdir"].to_s, "ruby.h")) ? 1 : 0' 2>/dev/null)"

@@ -8,11 +8,15 @@
  * object) and the loop's clock reading into the fiber's record; a switch
  * loads the stall flag; the loop looks at two flags once per iteration.
  *
- * Backtraces follow the frame pointers of a fiber's saved context: the
- * switch saves rbp (x29 on aarch64) with the stack pointer, and the
- * library is built with -fno-omit-frame-pointer, so the chain runs from
- * the switch through weft's frames into the program's. The walk only
- * reads the fiber's own stack, bounded by its mapping.
+ * Backtraces of a parked fiber start from its saved context. With
+ * libunwind (WEFT_HAVE_UNWIND: x86-64 with its header at build time), the
+ * context becomes an unw_context_t and libunwind follows the DWARF
+ * call-frame information, through frames with or without frame pointers;
+ * it is loaded with dlopen when the first dump is taken, so no program
+ * links it. Without it (or when libunwind.so.8 is not installed) the walk
+ * follows frame pointers: the switch saves rbp (x29 on aarch64), and a
+ * library built without libunwind keeps them (the Makefile). Either walk
+ * stops at the fiber's own stack's bounds.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -21,6 +25,13 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#ifdef WEFT_HAVE_UNWIND
+#define UNW_LOCAL_ONLY
+#include <execinfo.h>
+#include <libunwind.h>
+#include <pthread.h>
+#include <ucontext.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +42,9 @@
 
 enum { SLOT_LIVE = 1, SLOT_DETACHED = 3 }; /* weft__slot.state (sched.c) */
 
-/* Follow a frame-pointer chain that starts at @fp, within [@lo, @hi). */
-__attribute__((no_sanitize("address")))
+/* Follow a frame-pointer chain that starts at @fp, within [@lo, @hi).
+ * (Unused in a ucontext build with libunwind.) */
+__attribute__((no_sanitize("address"), unused))
 static int fp_walk(uintptr_t pc0, uintptr_t fp, uintptr_t lo, uintptr_t hi,
                    void **pcs, int max)
 {
@@ -53,20 +65,111 @@ static int fp_walk(uintptr_t pc0, uintptr_t fp, uintptr_t lo, uintptr_t hi,
     return n;
 }
 
+#ifdef WEFT_HAVE_UNWIND
+/* libunwind's local unwinder, loaded on the first dump. Its functions are
+ * macros naming per-architecture symbols (unw_step is _ULx86_64_step):
+ * UW_SYM spells the symbol the header would have linked. */
+#define UW_SYM2(x) #x
+#define UW_SYM(x) UW_SYM2(x)
+static struct {
+    pthread_once_t once;
+    int (*init_local)(unw_cursor_t *, unw_context_t *);
+    int (*step)(unw_cursor_t *);
+    int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+} uw = {.once = PTHREAD_ONCE_INIT};
+
+static void uw_load(void)
+{
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return;
+    void *i = dlsym(h, UW_SYM(unw_init_local));
+    void *st = dlsym(h, UW_SYM(unw_step));
+    void *g = dlsym(h, UW_SYM(unw_get_reg));
+    if (!i || !st || !g)
+        return; /* kept loaded: cheaper than a second failing dlopen */
+    uw.init_local = (int (*)(unw_cursor_t *, unw_context_t *))i;
+    uw.step = (int (*)(unw_cursor_t *))st;
+    uw.get_reg = (int (*)(unw_cursor_t *, unw_regnum_t, unw_word_t *))g;
+    /* libunwind sets itself up (and opens the pipe it keeps) at its first
+     * cursor: here, on this frame, rather than inside some later walk. */
+    unw_context_t uc;
+    unw_cursor_t c;
+    if (getcontext(&uc) == 0)
+        uw.init_local(&c, &uc);
+}
+
+/* Whether libunwind is here (loaded at the first call). Not under
+ * Valgrind: libunwind checks addresses by writing them to a pipe, which
+ * Valgrind reports as uninitialised bytes; the frame-pointer walk stands
+ * in there. */
+static bool uw_ready(const weft_sched_t *s)
+{
+#ifdef WEFT_VALGRIND
+    if (s->on_valgrind)
+        return false;
+#else
+    (void)s;
+#endif
+    pthread_once(&uw.once, uw_load);
+    return uw.init_local != NULL;
+}
+
+/* Unwind from @uc, a parked fiber's registers, while the frames stay in
+ * the fiber's stack [@lo, @hi). -1: libunwind is not available. */
+static int uw_walk(const weft_sched_t *s, unw_context_t *uc, uintptr_t lo, uintptr_t hi,
+                   void **pcs, int max)
+{
+    if (!uw_ready(s))
+        return -1;
+    unw_cursor_t c;
+    if (uw.init_local(&c, uc) < 0)
+        return 0;
+    int n = 0;
+    do {
+        unw_word_t ip, sp;
+        if (uw.get_reg(&c, UNW_REG_IP, &ip) < 0 || ip == 0 ||
+            uw.get_reg(&c, UNW_REG_SP, &sp) < 0 || sp < lo || sp > hi)
+            break;
+        pcs[n++] = (void *)(uintptr_t)ip;
+    } while (n < max && uw.step(&c) > 0);
+    return n;
+}
+#endif
+
 static int backtrace_of(const weft_sched_t *s, const weft__fiber *f, void **pcs, int max)
 {
     uintptr_t lo = (uintptr_t)(f->stack.base + f->stack.guard);
     uintptr_t hi = (uintptr_t)f; /* the record tops the stack */
     if (f == s->current) {
         /* The caller's own stack: from here. */
+#ifdef WEFT_HAVE_UNWIND
+        /* glibc's backtrace() unwinds the running stack by the same
+         * tables; it ends at the fiber's trampoline (no return address
+         * there). Drop this function's own frame. */
+        void *buf[WEFT_DUMP_FRAMES + 1];
+        int n = backtrace(buf, (max < WEFT_DUMP_FRAMES ? max : WEFT_DUMP_FRAMES) + 1);
+        if (n <= 1)
+            return 0;
+        memcpy(pcs, buf + 1, (size_t)(n - 1) * sizeof *pcs);
+        return n - 1;
+#else
         return fp_walk(0, (uintptr_t)__builtin_frame_address(0), lo, hi, pcs, max);
+#endif
     }
 #if defined(WEFT_CTX_UCONTEXT)
+#ifdef WEFT_HAVE_UNWIND
+    /* The saved context is a ucontext_t: libunwind's own context type. */
+    unw_context_t uc = f->ctx.uc;
+    int n = uw_walk(s, &uc, lo, hi, pcs, max);
+    return n < 0 ? 0 : n;
+#else
     (void)lo;
     (void)hi;
     (void)pcs;
     (void)max;
     return 0;
+#endif
 #elif defined(__x86_64__)
     uintptr_t sp = (uintptr_t)f->ctx.r[1];
     if (sp < lo || sp >= hi)
@@ -74,6 +177,24 @@ static int backtrace_of(const weft_sched_t *s, const weft__fiber *f, void **pcs,
     uintptr_t pc0 = *(const uintptr_t *)sp; /* the resume address */
     if (pc0 == (uintptr_t)weft__ctx_trampoline)
         return 0; /* never ran */
+#ifdef WEFT_HAVE_UNWIND
+    /* The registers as the switch's caller will see them on return: the
+     * resume address popped, the callee-saved ones restored. */
+    unw_context_t uc;
+    memset(&uc, 0, sizeof uc);
+    greg_t *g = uc.uc_mcontext.gregs;
+    g[REG_RIP] = (greg_t)pc0;
+    g[REG_RSP] = (greg_t)(sp + 8);
+    g[REG_RBX] = (greg_t)f->ctx.r[2];
+    g[REG_RBP] = (greg_t)f->ctx.r[3];
+    g[REG_R12] = (greg_t)f->ctx.r[4];
+    g[REG_R13] = (greg_t)f->ctx.r[5];
+    g[REG_R14] = (greg_t)f->ctx.r[6];
+    g[REG_R15] = (greg_t)f->ctx.r[7];
+    int n = uw_walk(s, &uc, lo, hi, pcs, max);
+    if (n >= 0)
+        return n;
+#endif
     return fp_walk(pc0, (uintptr_t)f->ctx.r[3], lo, hi, pcs, max);
 #else /* aarch64: x29 at 10, x30 at 11 */
     if ((uintptr_t)f->ctx.r[11] == (uintptr_t)weft__ctx_trampoline)
@@ -138,6 +259,9 @@ int weft_fibers_each(weft_sched_t *s,
         return -EINVAL;
     if (!pthread_equal(s->owner, pthread_self()))
         return -EPERM;
+#ifdef WEFT_HAVE_UNWIND
+    (void)uw_ready(s); /* every call, so that its pipe opens at the first */
+#endif
     weft_fiber_info_t in;
     int n = 0;
     for (uint32_t i = 0; i < s->nslots; i++) {
@@ -324,6 +448,15 @@ int weft_dump(FILE *out)
         return -EPERM;
     dump_sched(s, out);
     return 0;
+}
+
+void weft__name_drop(weft_sched_t *s, uint32_t idx)
+{
+    if (s->sobs[idx].name) {
+        free(s->sobs[idx].name);
+        s->sobs[idx].name = NULL;
+        s->nnames--;
+    }
 }
 
 int weft_fiber_set_name(weft_fiber_t h, const char *name)

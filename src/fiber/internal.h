@@ -251,8 +251,8 @@ typedef struct weft__slot {
  * stays three cache lines): what dumps say of a fiber besides its wait. */
 typedef struct weft__slot_obs {
     char *name;               /* weft_fiber_set_name(): malloc'd, or NULL;
-                                 freed when the slot's next fiber spawns
-                                 (looked at only while nnames > 0)        */
+                                 freed when the fiber ends (looked at only
+                                 while nnames > 0)                        */
 } weft__slot_obs;
 
 struct weft_sched {
@@ -340,6 +340,8 @@ int weft__precheck(int64_t deadline);
 /* dump.c: the stall watchdog flagged a stall: note who (@f, the fiber
  * switching away, or the loop) and how long; the loop reports it. */
 void weft__stall_note(weft_sched_t *s, weft__fiber *f);
+/* dump.c: free the name of handle slot @idx's fiber, which has ended. */
+void weft__name_drop(weft_sched_t *s, uint32_t idx);
 /* dump.c: once per loop iteration, when something is pending (a dump
  * asked for by a signal, a stall to report). */
 void weft__obs_loop(weft_sched_t *s);

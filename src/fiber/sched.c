@@ -382,6 +382,10 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
     if (WEFT_UNLIKELY(atomic_load_explicit(&s->stall_flag, memory_order_relaxed)))
         weft__stall_note(s, f);
     fls_run_destructors(f);
+    /* Its name, if it has one (not in weft_spawn: a call there would make
+     * the fast path save registers). */
+    if (WEFT_UNLIKELY(s->nnames != 0))
+        weft__name_drop(s, f->slot);
     weft__slot *sl = &s->slots[f->slot];
     if (sl->state == SLOT_DETACHED) {
         slot_free(s, f->slot);
@@ -487,11 +491,6 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
     f->fn = fn;
     f->arg = arg;
     f->stack.spawn_ra = ra;
-    if (WEFT_UNLIKELY(s->nnames != 0) && s->sobs[idx].name) {
-        free(s->sobs[idx].name); /* the slot's previous fiber's */
-        s->sobs[idx].name = NULL;
-        s->nnames--;
-    }
     f->stack.base = base;
     f->stack.map_size = map_size;
     f->stack.guard = guard;

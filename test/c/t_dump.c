@@ -3,6 +3,12 @@
  * and in the text; a dump on a signal, written by the loop; a dump of
  * 10,000 fibers that lists every one. */
 #include "harness.h"
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+static int on_valgrind(void) { return RUNNING_ON_VALGRIND != 0; }
+#else
+static int on_valgrind(void) { return 0; }
+#endif
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -155,10 +161,13 @@ static int check_one(const weft_fiber_info_t *in, void *arg)
                     !strcmp(di.dli_sname, "k_sleep"))
                     found = 1;
             }
-#ifndef WEFT_CTX_UCONTEXT
-            CHECK(found);
+            /* No frames: a ucontext switch without libunwind. Under
+             * Valgrind the library keeps away from libunwind, and a
+             * library built for it has no frame pointers to follow. */
+#if !defined(WEFT_CTX_UCONTEXT) || defined(WEFT_HAVE_UNWIND)
+            CHECK(found || on_valgrind());
 #else
-            (void)found; /* no frames with the ucontext switch */
+            (void)found;
 #endif
         }
         h_case_name = NULL;
@@ -435,6 +444,7 @@ static void *body(void *arg)
 
 int main(void)
 {
+    h_load_unwinder();
     h_begin("dump");
     h_raise_nofile(4096);
     h_run(body, NULL);

@@ -133,6 +133,7 @@ static void *body(void *arg)
 
 int main(void)
 {
+    h_load_unwinder();
     h_begin("stats");
     h_run(body, NULL);
     weft_stats_t st;
