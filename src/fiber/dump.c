@@ -853,10 +853,7 @@ int weft_sched_stats(const weft_sched_t *s, weft_stats_t *st)
     int64_t run = s->run_ns + (s->running ? weft_now() - s->run_t0 : 0);
     st->busy_ns = run > s->r.wait_ns ? run - s->r.wait_ns : 0;
     st->timers_fired = s->r.timers_fired;
-    for (int k = 0; k < 8; k++) {
-        st->ops_submitted[k] = s->r.ops_sub[k];
-        st->ops_completed[k] = s->r.ops_done[k];
-    }
+    weft__reactor_op_counts(&s->r, st->ops_submitted, st->ops_completed);
     uint64_t n = 0;
     for (int b = 0; b < 64; b++)
         n += s->delay_hist[b];

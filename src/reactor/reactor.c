@@ -76,21 +76,21 @@ static void fd_unlink(weft__reactor *r, weft__wait *w)
 
 /* ---- waits ------------------------------------------------------------ */
 
-/* Stats: @w is handed to the backend as a wait of @kind (once per wait:
- * a readiness wait that the backend turns into a POLL op counts once). */
-static inline void count_sub(weft__reactor *r, weft__wait *w, int kind)
+/* Stats: @w is handed to the backend under @code (WEFT__OPC_*). Each
+ * wait is counted where it reaches the backend: a readiness wait that the
+ * backend turns into a POLL op, in weft__wait_arm_op only. Index 0 of the
+ * arrays is "not counted" (opk 0), so completion counts without a test. */
+static inline void count_sub(weft__reactor *r, weft__wait *w, unsigned code)
 {
-    if (w->opk == 0) {
-        if (w->okind)
-            kind = w->okind - 1;
-        w->opk = (uint8_t)(kind + 1);
-        r->ops_sub[kind]++;
-    }
+    if (WEFT_UNLIKELY(w->okind))
+        code = WEFT__OPC_KIND + w->okind - 1u;
+    w->opk = (uint8_t)(code + 1);
+    r->opc_sub[code + 1]++;
 }
 
-static int op_kind(const weft__opdesc *d)
+static int opc_kind(unsigned code)
 {
-    switch (d->op) {
+    switch (code) {
     case WEFT__OP_READ: case WEFT__OP_READV: case WEFT__OP_RECV: case WEFT__OP_RECVMSG:
         return WEFT_OPK_READ;
     case WEFT__OP_WRITE: case WEFT__OP_WRITEV: case WEFT__OP_SEND: case WEFT__OP_SENDMSG:
@@ -99,12 +99,28 @@ static int op_kind(const weft__opdesc *d)
         return WEFT_OPK_ACCEPT;
     case WEFT__OP_CONNECT:
         return WEFT_OPK_CONNECT;
-    case WEFT__OP_POLL:
-        return d->events & WEFT_READABLE ? WEFT_OPK_READ
-               : d->events & WEFT_WRITABLE ? WEFT_OPK_WRITE : WEFT_OPK_OTHER;
-    default:
-        return WEFT_OPK_OTHER;
     }
+    if (code >= WEFT__OPC_KIND)
+        return (int)(code - WEFT__OPC_KIND);
+    if (code >= WEFT__OPC_FD) {
+        unsigned ev = code - WEFT__OPC_FD;
+        return ev & WEFT_READABLE ? WEFT_OPK_READ
+               : ev & WEFT_WRITABLE ? WEFT_OPK_WRITE : WEFT_OPK_OTHER;
+    }
+    return WEFT_OPK_OTHER; /* close */
+}
+
+void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t done[8])
+{
+    for (int k = 0; k < 8; k++)
+        sub[k] = done[k] = 0;
+    for (unsigned c = 0; c < WEFT__OPC_N; c++) {
+        int k = opc_kind(c);
+        sub[k] += r->opc_sub[c + 1];
+        done[k] += r->opc_done[c + 1];
+    }
+    sub[WEFT_OPK_TIMEOUT] = r->timers_armed;
+    done[WEFT_OPK_TIMEOUT] = r->timers_armed - weft__heap_count(&r->timers);
 }
 
 static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
@@ -112,7 +128,6 @@ static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
 static void wait_timer_fired(weft__timer *t)
 {
     weft__wait *w = (weft__wait *)((char *)t - offsetof(weft__wait, timer));
-    w->r->ops_done[WEFT_OPK_TIMEOUT]++; /* its timer is no longer armed */
     weft__wait_complete(w, -ETIMEDOUT);
 }
 
@@ -156,14 +171,12 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline)
     if (deadline == WEFT_FOREVER || !w->active)
         return 0;
     w->timer.deadline = deadline;
-    w->r->ops_sub[WEFT_OPK_TIMEOUT]++;
+    w->r->timers_armed++;
     return weft__heap_push(&w->r->timers, &w->timer);
 }
 
 int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline)
 {
-    if (w->timer.idx != WEFT__TIMER_IDLE)
-        w->r->ops_done[WEFT_OPK_TIMEOUT]++;
     weft__timer_disarm(w->r, &w->timer);
     return weft__wait_arm_deadline(w, deadline);
 }
@@ -187,10 +200,9 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
         }
         st->always_ready = 0;
     }
-    count_sub(r, w, events & WEFT_READABLE ? WEFT_OPK_READ
-                    : events & WEFT_WRITABLE ? WEFT_OPK_WRITE : WEFT_OPK_OTHER);
     if (r->ops->fd_wait)
         return r->ops->fd_wait(r, w, fd, events); /* e.g. a ring POLL */
+    count_sub(r, w, WEFT__OPC_FD + (events & 7u));
     fd_link(r, w, fd, events);
     int rc = r->ops->fd_update(r, fd);
     if (rc < 0) {
@@ -226,7 +238,9 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
         return -EOPNOTSUPP;
     if (d->fd >= 0 && !weft__fd(r, d->fd))
         return -ENOMEM;
-    count_sub(r, w, op_kind(d));
+    count_sub(r, w, d->op == WEFT__OP_POLL
+                        ? WEFT__OPC_FD + (d->events & 7u)
+                        : (unsigned)d->op);
     int rc = r->ops->op_submit(r, w, d);
     if (rc < 0)
         return rc;
@@ -292,14 +306,9 @@ void weft__wait_complete(weft__wait *w, int result)
         return;
     w->active = false;
     weft__reactor *r = w->r;
-    if (w->timer.idx != WEFT__TIMER_IDLE) {
+    if (w->timer.idx != WEFT__TIMER_IDLE)
         weft__heap_remove(&r->timers, &w->timer);
-        r->ops_done[WEFT_OPK_TIMEOUT]++;
-    }
-    if (w->opk) {
-        r->ops_done[w->opk - 1]++;
-        w->opk = 0;
-    }
+    r->opc_done[w->opk]++; /* [0]: never handed to the backend */
     if (w->fd >= 0)
         fd_unlink(r, w);
     if (w->op)

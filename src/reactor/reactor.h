@@ -151,8 +151,9 @@ struct weft__wait {
     bool op_done;      /* the op's completion arrived (op_res is valid)    */
     uint8_t op_hint;   /* what the completion said of the source beyond the
                           result (WEFT__HINT_*), for backends that know    */
-    uint8_t opk;       /* counted in the stats as kind opk - 1 (WEFT_OPK_*)
-                          from its arming until it completes; 0: not yet   */
+    uint8_t opk;       /* counted in the stats under code opk - 1
+                          (WEFT__OPC_*) when handed to the backend; 0: not
+                          (yet)                                            */
     uint8_t okind;     /* set by the client before arming: what the wait is
                           for (WEFT_OPK_ACCEPT, _CONNECT) + 1; 0: derived
                           from the op or the events                       */
@@ -174,6 +175,18 @@ enum {
     WEFT__OP_READ, WEFT__OP_WRITE, WEFT__OP_READV, WEFT__OP_WRITEV,
     WEFT__OP_RECV, WEFT__OP_SEND, WEFT__OP_RECVMSG, WEFT__OP_SENDMSG,
     WEFT__OP_ACCEPT, WEFT__OP_CONNECT, WEFT__OP_POLL, WEFT__OP_CLOSE
+};
+/* What the stats count a wait under when it is handed to the backend
+ * (weft__reactor.opc_sub): its op code, or for a readiness wait (and a
+ * POLL op) WEFT__OPC_FD + its events & 7 (readable,
+ * priority, writable), or, when the client named
+ * one (weft__wait.okind), WEFT__OPC_KIND + a WEFT_OPK_* kind. Codes map to
+ * kinds only when the stats are read (weft__reactor_op_counts): the hot
+ * path does one increment. */
+enum {
+    WEFT__OPC_FD = WEFT__OP_CLOSE + 1,
+    WEFT__OPC_KIND = WEFT__OPC_FD + 8, /* the direction: events & 7 */
+    WEFT__OPC_N = WEFT__OPC_KIND + 8
 };
 typedef struct weft__opdesc {
     int op;
@@ -340,7 +353,11 @@ struct weft__reactor {
     int64_t wait_ns;         /* time inside the backends' waits            */
     uint64_t iterations;
     uint64_t timers_fired;
-    uint64_t ops_sub[8], ops_done[8]; /* by WEFT_OPK_*                     */
+    /* waits handed to the backend and ended, by WEFT__OPC_* code + 1 (at
+     * 0: ended waits that never reached the backend) */
+    uint64_t opc_sub[WEFT__OPC_N + 1], opc_done[WEFT__OPC_N + 1];
+    uint64_t timers_armed;   /* deadlines armed on waits, ever (the ended
+                                ones: this less those still armed)        */
 };
 
 /* Backends call this right after their wait in the kernel returns, before
@@ -459,6 +476,9 @@ static inline uint32_t weft__reactor_timers(const weft__reactor *r)
 {
     return weft__heap_count(&r->timers);
 }
+/* The stats' ops by kind (WEFT_OPK_*, 8 each): handed to the backend
+ * (@sub) and ended (@done). */
+void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t done[8]);
 /* Complete @w with @result (first completion wins; later ones are no-ops). */
 void weft__wait_complete(weft__wait *w, int result);
 /* Start a completion op for @w (backends with op_submit only). */
