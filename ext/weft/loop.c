@@ -407,9 +407,18 @@ void weft__rb_wait_for(rsched *s, rwait *rw)
             mode = M_TRANSFER;
             continue;
         }
-        if (mode == M_CHAINED || mode == M_UNKNOWN) {
-            /* Back to whoever resumed us; we come back when the scheduler
-             * dispatches this wait (or someone resumes us again). */
+        if (mode == M_CHAINED) {
+            /* Back to the fiber that resumed us (we know there is one);
+             * we come back when the scheduler dispatches this wait (or
+             * someone resumes us again). Not through try_yield: its
+             * rb_protect frame (a jmp_buf) would stay on the stack of
+             * every fiber parked at its first wait, and push one that
+             * waits on a socket onto one more page (bench/ruby/idle_rss.rb). */
+            s->entered = Qnil;
+            rb_fiber_yield(0, NULL);
+            weft__rb_on_cpu(s, self);
+        } else if (mode == M_UNKNOWN) {
+            /* The same, unless nobody resumed us. */
             s->entered = Qnil;
             if (!try_yield()) {
                 mode = M_TRANSFER; /* nobody resumed us: transfer mode */
