@@ -111,6 +111,13 @@ long weft__rb_stop_all(rsched *s, VALUE exc)
         intr_queue(s, rw->fiber, exc);
         n++;
     }
+    for (weft__node *a = s->ready.head; a; a = a->next) {
+        rwait *rw = RW_OF(a, rnode);
+        if (rw->quick) { /* a yield: on no other list */
+            intr_queue(s, rw->fiber, exc);
+            n++;
+        }
+    }
     for (weft__node *a = s->all.head; a; a = a->next) {
         rwait *rw = RW_OF(a, anode);
         if (rw->w.active && !rw->w.nocancel)

@@ -101,7 +101,11 @@ typedef struct rwait {
     int ofd;            /* the descriptor of an owner wait (writer.c)       */
     uint8_t kind;       /* RW_IO, RW_SLEEP, RW_BLOCK or RW_YIELD            */
     uint8_t queued;     /* on rsched.ready                                  */
-    uint8_t linked;     /* on rsched.all and in rsched.waiting              */
+    uint8_t linked;     /* begun and not yet ended (weft__rb_rw_end)        */
+    uint8_t quick;      /* a yield (sleep(0)): complete from the start, so
+                         * on neither rsched.all nor rsched.waiting; while
+                         * queued on rsched.ready it is marked and stopped
+                         * from there                                      */
     uint8_t olinked;    /* on its descriptor's w_waiters                    */
     uint8_t what;       /* WAIT_FD ... WAIT_WRITER                          */
     int aux;            /* WAIT_RING: the op (WEFT__OP_*)                   */
@@ -285,6 +289,12 @@ static inline void weft__rb_check_fork(rsched *s)
 
 /* loop.c */
 void weft__rb_rw_begin(rsched *s, rwait *rw, int what);
+/* Begin a wait that is over at once (sleep(0): the fiber only lets the
+ * others run) and complete it. Not registered on rsched.all or in
+ * rsched.waiting: those are keyed by other fibers' stacks and a table of
+ * every waiting fiber, and touching them cost a yield among 10,000 fibers
+ * several cache misses (bench/ruby/churn.rb). */
+void weft__rb_rw_begin_yield(rsched *s, rwait *rw, int what);
 void weft__rb_rw_end(rwait *rw);
 rwait *weft__rb_waiting_of(rsched *s, VALUE fiber);
 bool weft__rb_io_closed(VALUE io);

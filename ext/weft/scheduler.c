@@ -39,6 +39,8 @@ static void s_mark(void *p)
     /* Waiting fibers are pinned: they are keys of `waiting`. */
     for (weft__node *n = s->all.head; n; n = n->next)
         rb_gc_mark(RW_OF(n, anode)->fiber);
+    for (weft__node *n = s->ready.head; n; n = n->next) /* yields */
+        rb_gc_mark(RW_OF(n, rnode)->fiber);
     for (weft__node *n = s->intrs.head; n; n = n->next) {
         rintr *ri = INTR_OF(n);
         rb_gc_mark(ri->fiber);

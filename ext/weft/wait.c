@@ -273,11 +273,12 @@ static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
     rsched *s = weft__rb_get_sched(self);
     int64_t deadline = weft__rb_to_deadline(argc ? argv[0] : Qnil);
     rwait rw;
-    weft__rb_rw_begin(s, &rw, WAIT_SLEEP);
-    if (deadline == 0)
-        weft__wait_complete(&rw.w, 0); /* sleep(0): just yield */
-    else
+    if (deadline == 0) {
+        weft__rb_rw_begin_yield(s, &rw, WAIT_SLEEP); /* sleep(0): just yield */
+    } else {
+        weft__rb_rw_begin(s, &rw, WAIT_SLEEP);
         (void)weft__wait_arm_deadline(&rw.w, deadline);
+    }
     weft__rb_rw_wait(s, &rw, true);
     return Qtrue;
 }

@@ -122,6 +122,39 @@ class TestScheduler < Minitest::Test
     [r, w, server].each(&:close)
   end
 
+  # Fibers that only yield (sleep 0) sit on the ready queue, not among
+  # the waits: an interrupt must stop them too.
+  def test_interrupt_stops_fibers_that_only_yield
+    cleaned = Thread::Queue.new
+    started = Thread::Queue.new
+    runner = Thread.new do
+      Thread.current.report_on_exception = false
+      Weft.run do
+        3.times do |i|
+          Fiber.schedule do
+            started << i
+            loop { sleep 0 }
+          ensure
+            cleaned << i
+          end
+        end
+        begin
+          sleep
+        ensure
+          cleaned << :main
+        end
+      end
+    end
+    3.times { started.pop }
+    runner.raise(Interrupt)
+    assert_raises(Interrupt) { runner.join(30) || flunk("the yielding fibers kept running") }
+    got = []
+    got << cleaned.pop until cleaned.empty?
+    assert_equal [0, 1, 2, :main], got.sort_by(&:to_s)
+  ensure
+    runner&.kill
+  end
+
   def test_bad_input_raises_ruby_exceptions
     weft do |s|
       r, w = IO.pipe
