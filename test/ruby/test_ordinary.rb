@@ -503,4 +503,43 @@ class TestOrdinary < Minitest::Test
     refute_nil t.join(10)
     assert_nil t.value, "the scheduler was restored"
   end
+
+  # 13. Loops that only yield (sleep 0) under a timeout and a Fiber#raise,
+  # with I/O beside them: the same outcome as with threads. A sleep(0) is
+  # on no list but the ready queue, so interrupts must still reach it.
+  def test_loops_that_only_yield_can_be_interrupted
+    program = lambda do |spawn, raise_into|
+      out = Thread::Queue.new
+      ready = Thread::Queue.new
+      a, b = UNIXSocket.pair
+      workers = []
+      workers << spawn.call do
+        Timeout.timeout(0.05) { loop { sleep 0 } }
+      rescue Timeout::Error
+        out << "timeout"
+      end
+      target = spawn.call do
+        ready << true
+        loop { sleep 0 }
+      rescue RuntimeError => e
+        out << e.message
+      end
+      workers << target
+      workers << spawn.call { out << a.read(5) }
+      workers << spawn.call { sleep 0.01; b.write("hello") }
+      ready.pop
+      raise_into.call(target, RuntimeError.new("raised"))
+      got = Timeout.timeout(10) { Array.new(3) { out.pop } }
+      [a, b].each(&:close)
+      [got.sort, workers]
+    end
+    threads, ts = program.call(->(&blk) { Thread.new(&blk) }, ->(t, e) { t.raise(e) })
+    ts.each { |t| t.join(5) }
+    fibers = nil
+    Weft.run do
+      fibers, = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(f, e) { f.raise(e) })
+    end
+    assert_equal %w[hello raised timeout], threads
+    assert_equal threads, fibers
+  end
 end
