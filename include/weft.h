@@ -546,10 +546,12 @@ typedef struct weft_fiber_info {
  * information, so code built with or without frame pointers unwinds; the
  * first call loads libunwind.so.8 (libunwind8) with dlopen(3), and
  * libunwind then keeps a pipe (two descriptors) open for the life of the
- * process. Elsewhere, or when libunwind.so.8 is not installed, the walk
- * follows frame pointers (libweft is then built with
- * -fno-omit-frame-pointer; code built without them ends the chain early),
- * and a ucontext build (the portable switch) reports none.
+ * process; where libunwind.so.8 is not installed at run time, or under
+ * Valgrind, only the innermost frame (the resume address) is reported.
+ * Without libunwind's header at build time (aarch64), the walk follows
+ * frame pointers (libweft is then built with -fno-omit-frame-pointer; code
+ * built without them ends the chain early), and a ucontext build there
+ * reports none.
  *
  * @return the number of fibers reported, -EINVAL for NULL @p s or @p cb,
  * -EPERM from another thread.

@@ -184,8 +184,20 @@ struct collect {
     rsched *s;
     VALUE out, cur;
     st_table *seen;
+    st_table *yields;           /* fiber -> its sleep(0) on the ready queue */
     int64_t now;
 };
+
+/* The wait @fiber is in: one of the waiting table, or a sleep(0) (on the
+ * ready queue only: weft__rb_rw_begin_yield). */
+static rwait *wait_of(const struct collect *c, VALUE fiber)
+{
+    rwait *rw = weft__rb_waiting_of(c->s, fiber);
+    st_data_t v;
+    if (!rw && st_lookup(c->yields, (st_data_t)fiber, &v))
+        rw = (rwait *)v;
+    return rw;
+}
 
 static int collect_own(st_data_t k, st_data_t v, st_data_t p)
 {
@@ -194,20 +206,26 @@ static int collect_own(st_data_t k, st_data_t v, st_data_t p)
     if (!RTEST(rb_fiber_alive_p(fiber)))
         return ST_CONTINUE;
     st_insert(c->seen, k, 1);
-    rb_ary_push(c->out, entry(c->s, fiber, weft__rb_waiting_of(c->s, fiber), (VALUE)v, c->now, c->cur));
+    rb_ary_push(c->out, entry(c->s, fiber, wait_of(c, fiber), (VALUE)v, c->now, c->cur));
     return ST_CONTINUE;
 }
 
 /* _fibers -> [[fiber, state, wait, object, detail, waited_ns, deadline_ns,
  * block], ...]: every fiber this scheduler started and has not ended (in
  * the order they were started), then every other fiber waiting in one of
- * its hooks. state: :running, :ready, :waiting or :suspended (alive, in no
+ * its hooks (a sleep(0) included). state: :running, :ready, :waiting or :suspended (alive, in no
  * hook: in a resume chain, or after Fiber.yield). */
 static VALUE s_fibers(VALUE self)
 {
     rsched *s = weft__rb_get_raw(self);
     weft__rb_check_fork(s);
-    struct collect c = {s, rb_ary_new(), rb_fiber_current(), st_init_numtable(), weft_now()};
+    struct collect c = {s, rb_ary_new(), rb_fiber_current(), st_init_numtable(),
+                        st_init_numtable(), weft_now()};
+    for (weft__node *n = s->ready.head; n; n = n->next) {
+        rwait *rw = RW_OF(n, rnode);
+        if (rw->quick)
+            st_insert(c.yields, (st_data_t)rw->fiber, (st_data_t)rw);
+    }
     st_foreach(s->own, collect_own, (st_data_t)&c);
     for (weft__node *n = s->all.head; n; n = n->next) {
         rwait *rw = RW_OF(n, anode);
@@ -216,7 +234,15 @@ static VALUE s_fibers(VALUE self)
         st_insert(c.seen, (st_data_t)rw->fiber, 1);
         rb_ary_push(c.out, entry(s, rw->fiber, rw, Qnil, c.now, c.cur));
     }
+    for (weft__node *n = s->ready.head; n; n = n->next) {
+        rwait *rw = RW_OF(n, rnode);
+        if (!rw->quick || st_is_member(c.seen, (st_data_t)rw->fiber))
+            continue;
+        st_insert(c.seen, (st_data_t)rw->fiber, 1);
+        rb_ary_push(c.out, entry(s, rw->fiber, rw, Qnil, c.now, c.cur));
+    }
     st_free_table(c.seen);
+    st_free_table(c.yields);
     return c.out;
 }
 

@@ -40,6 +40,13 @@ void weft__ctx_switch(weft__ctx *from, weft__ctx *to)
     swapcontext(&from->uc, &to->uc);
 }
 
+#ifdef __x86_64__
+bool weft__ctx_is_new(const weft__ctx *c)
+{
+    return c->uc.uc_mcontext.gregs[REG_RIP] == (greg_t)(uintptr_t)uc_entry;
+}
+#endif
+
 void weft__ctx_jump(weft__ctx *to)
 {
     setcontext(&to->uc);

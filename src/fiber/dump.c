@@ -13,10 +13,12 @@
  * context becomes an unw_context_t and libunwind follows the DWARF
  * call-frame information, through frames with or without frame pointers;
  * it is loaded with dlopen when the first dump is taken, so no program
- * links it. Without it (or when libunwind.so.8 is not installed) the walk
- * follows frame pointers: the switch saves rbp (x29 on aarch64), and a
- * library built without libunwind keeps them (the Makefile). Either walk
- * stops at the fiber's own stack's bounds.
+ * links it; the loading runs on a thread of its own (it goes deep). A
+ * build without libunwind's header (aarch64) follows frame pointers: the
+ * switch saves rbp (x29 on aarch64), and such a build keeps them (the
+ * Makefile). A build with the header whose libunwind.so.8 is missing at
+ * run time (or that runs under Valgrind) reports the resume address
+ * alone. Either walk stops at the fiber's own stack's bounds.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -78,7 +80,7 @@ static struct {
     int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
 } uw = {.once = PTHREAD_ONCE_INIT};
 
-static void uw_load(void)
+static void uw_load_here(void)
 {
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     if (!h)
@@ -97,6 +99,29 @@ static void uw_load(void)
     unw_cursor_t c;
     if (getcontext(&uc) == 0)
         uw.init_local(&c, &uc);
+}
+
+static void *uw_load_thread(void *unused)
+{
+    (void)unused;
+    uw_load_here();
+    /* glibc's backtrace() (the walk of the calling fiber) loads libgcc_s
+     * at its first call: here too. */
+    void *pc[2];
+    (void)backtrace(pc, 2);
+    return NULL;
+}
+
+/* Loading (dlopen, libunwind's and libgcc's set-up) runs deep: on a
+ * thread of its own, not on the stack of a fiber that may have asked for
+ * a dump with a few KiB left. */
+static void uw_load(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, uw_load_thread, NULL) == 0)
+        pthread_join(t, NULL);
+    else
+        uw_load_thread(NULL);
 }
 
 /* Whether libunwind is here (loaded at the first call). Not under
@@ -159,7 +184,12 @@ static int backtrace_of(const weft_sched_t *s, const weft__fiber *f, void **pcs,
     }
 #if defined(WEFT_CTX_UCONTEXT)
 #ifdef WEFT_HAVE_UNWIND
-    /* The saved context is a ucontext_t: libunwind's own context type. */
+    /* The saved context is a ucontext_t: libunwind's own context type.
+     * One made by makecontext and never entered starts at a function's
+     * first instruction, which an unwinder (looking up the address less
+     * one) would take for the function before it. */
+    if (weft__ctx_is_new(&f->ctx))
+        return 0;
     unw_context_t uc = f->ctx.uc;
     int n = uw_walk(s, &uc, lo, hi, pcs, max);
     return n < 0 ? 0 : n;
@@ -194,8 +224,15 @@ static int backtrace_of(const weft_sched_t *s, const weft__fiber *f, void **pcs,
     int n = uw_walk(s, &uc, lo, hi, pcs, max);
     if (n >= 0)
         return n;
-#endif
+    /* No libunwind after all (not installed; Valgrind): this build keeps
+     * no frame pointers to follow, so only the resume address is known. */
+    if (max <= 0)
+        return 0;
+    pcs[0] = (void *)pc0;
+    return 1;
+#else
     return fp_walk(pc0, (uintptr_t)f->ctx.r[3], lo, hi, pcs, max);
+#endif
 #else /* aarch64: x29 at 10, x30 at 11 */
     if ((uintptr_t)f->ctx.r[11] == (uintptr_t)weft__ctx_trampoline)
         return 0;

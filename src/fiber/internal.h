@@ -46,6 +46,10 @@ typedef struct weft__ctx {
 
 /* Save the current context into @from and resume @to. */
 void weft__ctx_switch(weft__ctx *from, weft__ctx *to);
+#if defined(WEFT_CTX_UCONTEXT) && defined(__x86_64__)
+/* Whether @c was made by weft__ctx_make and never entered (dumps). */
+bool weft__ctx_is_new(const weft__ctx *c);
+#endif
 /* Resume @to without saving the current context, which is never resumed
  * again (a finished fiber leaving its stack). Call it through
  * weft__ctx_exit. */

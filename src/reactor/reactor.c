@@ -270,6 +270,7 @@ void weft__op_rearm(weft__wait *w)
     w->active = true;
     w->nocancel = true;
     w->result = 0;
+    w->opk = 0; /* counted as ended already: the op's own end is not */
     w->r->nwaits++;
 }
 

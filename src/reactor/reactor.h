@@ -356,8 +356,9 @@ struct weft__reactor {
     /* waits handed to the backend and ended, by WEFT__OPC_* code + 1 (at
      * 0: ended waits that never reached the backend) */
     uint64_t opc_sub[WEFT__OPC_N + 1], opc_done[WEFT__OPC_N + 1];
-    uint64_t timers_armed;   /* deadlines armed on waits, ever (the ended
-                                ones: this less those still armed)        */
+    uint64_t timers_armed;   /* timers armed, ever (waits' deadlines and a
+                                client's own timers): the ended ones are
+                                this less those still armed               */
 };
 
 /* Backends call this right after their wait in the kernel returns, before
@@ -465,6 +466,7 @@ int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline);
 static inline int weft__timer_arm(weft__reactor *r, weft__timer *t, int64_t deadline)
 {
     t->deadline = deadline;
+    r->timers_armed++; /* the ended ones are those armed less those left */
     return weft__heap_push(&r->timers, t);
 }
 static inline void weft__timer_disarm(weft__reactor *r, weft__timer *t)

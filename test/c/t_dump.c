@@ -400,6 +400,33 @@ static int mark(const weft_fiber_info_t *in, void *arg)
     return 0;
 }
 
+/* A dump from a fiber with the smallest stack weft_spawn allows: the walk
+ * of every other fiber's stack runs on it. */
+static void *small_dumper(void *arg)
+{
+    size_t len;
+    char *text = dump_text(&len);
+    CHECK(strstr(text, "\"small\": running (the caller)") != NULL);
+    CHECK(strstr(text, "    #0 ") != NULL); /* the parked fiber's frames */
+    free(text);
+    return arg;
+}
+
+static void small_stack(void)
+{
+    H_CASE("small stack");
+    weft_spawn_opts_t o = {.stack_size = 16 * 1024};
+    weft_fiber_t h, p;
+    CHECK_EQ(weft_spawn(k_park, NULL, NULL, &p), 0);
+    CHECK_EQ(weft_yield(), 0); /* parked, with a stack to unwind */
+    CHECK_EQ(weft_spawn(small_dumper, NULL, &o, &h), 0);
+    CHECK_EQ(weft_fiber_set_name(h, "small"), 0);
+    CHECK_EQ(weft_join(h, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_unpark(NULL, p), 0);
+    CHECK_EQ(weft_join(p, NULL, WEFT_FOREVER), 0);
+    h_case_name = NULL;
+}
+
 static void many(void)
 {
     static weft_fiber_t h[MANY];
@@ -437,6 +464,7 @@ static void *body(void *arg)
     CHECK_EQ(weft_fibers_each(NULL, mark, NULL), -EINVAL);
     CHECK_EQ(weft_dump(NULL), -EINVAL);
     every_kind();
+    small_stack();
     on_signal();
     many();
     return arg;

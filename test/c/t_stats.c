@@ -123,6 +123,17 @@ static void *body(void *arg)
     CHECK(b.ops_submitted[WEFT_OPK_CONNECT] - a.ops_submitted[WEFT_OPK_CONNECT] <= 1);
     CHECK_EQ(b.ops_submitted[WEFT_OPK_CONNECT] - a.ops_submitted[WEFT_OPK_CONNECT],
              b.ops_completed[WEFT_OPK_CONNECT] - a.ops_completed[WEFT_OPK_CONNECT]);
+    /* A read whose deadline passes: on io_uring its op is cancelled and
+     * the wait re-armed for the op's own end, which must not count as a
+     * second completion. */
+    CHECK_EQ(weft_sched_stats(s, &a), 0);
+    char c2;
+    CHECK_EQ(weft_read(sp[0], &c2, 1, weft_deadline_in(5 * WEFT_MS)), -ETIMEDOUT);
+    CHECK_EQ(weft_sched_stats(s, &b), 0);
+    CHECK_EQ(b.ops_submitted[WEFT_OPK_READ] - a.ops_submitted[WEFT_OPK_READ], 1);
+    CHECK_EQ(b.ops_completed[WEFT_OPK_READ] - a.ops_completed[WEFT_OPK_READ], 1);
+    CHECK_EQ(b.ops_submitted[WEFT_OPK_TIMEOUT] - a.ops_submitted[WEFT_OPK_TIMEOUT], 1);
+    CHECK_EQ(b.ops_completed[WEFT_OPK_TIMEOUT] - a.ops_completed[WEFT_OPK_TIMEOUT], 1);
     CHECK_EQ(weft_close(c), 0);
     CHECK_EQ(weft_close(afd), 0);
     CHECK_EQ(weft_close(lfd), 0);

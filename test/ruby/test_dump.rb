@@ -110,6 +110,22 @@ class TestDump < Minitest::Test
     assert_match(/\nend of dump \(\d+ fiber\(s\)\)\n\z/, text)
   end
 
+  # A fiber in a sleep(0) loop sits on the ready queue only: the dump
+  # still shows it ready, in sleep.
+  def test_dump_lists_fibers_that_only_yield
+    text = nil
+    weft do |s|
+      stop = false
+      yielder = Weft.spawn(name: "yielder") { sleep 0 until stop }
+      sleep 0 # let it begin
+      text = s.dump
+      stop = true
+      yielder.wait
+    end
+    line = text.lines.find { |l| l.include?('(task "yielder")') } or flunk(text)
+    assert_match(/ ready .*on sleep/, line)
+  end
+
   def test_print_tasks_and_task_backtrace
     out = StringIO.new
     weft do
