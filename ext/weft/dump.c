@@ -221,10 +221,9 @@ static VALUE s_fibers(VALUE self)
     weft__rb_check_fork(s);
     struct collect c = {s, rb_ary_new(), rb_fiber_current(), st_init_numtable(),
                         st_init_numtable(), weft_now()};
-    for (weft__node *n = s->ready.head; n; n = n->next) {
-        rwait *rw = RW_OF(n, rnode);
-        if (rw->quick)
-            st_insert(c.yields, (st_data_t)rw->fiber, (st_data_t)rw);
+    for (weft__node *n = s->yields.head; n; n = n->next) {
+        rwait *rw = RW_OF(n, anode);
+        st_insert(c.yields, (st_data_t)rw->fiber, (st_data_t)rw);
     }
     st_foreach(s->own, collect_own, (st_data_t)&c);
     for (weft__node *n = s->all.head; n; n = n->next) {
@@ -234,9 +233,9 @@ static VALUE s_fibers(VALUE self)
         st_insert(c.seen, (st_data_t)rw->fiber, 1);
         rb_ary_push(c.out, entry(s, rw->fiber, rw, Qnil, c.now, c.cur));
     }
-    for (weft__node *n = s->ready.head; n; n = n->next) {
-        rwait *rw = RW_OF(n, rnode);
-        if (!rw->quick || st_is_member(c.seen, (st_data_t)rw->fiber))
+    for (weft__node *n = s->yields.head; n; n = n->next) {
+        rwait *rw = RW_OF(n, anode);
+        if (st_is_member(c.seen, (st_data_t)rw->fiber))
             continue;
         st_insert(c.seen, (st_data_t)rw->fiber, 1);
         rb_ary_push(c.out, entry(s, rw->fiber, rw, Qnil, c.now, c.cur));

@@ -111,12 +111,10 @@ long weft__rb_stop_all(rsched *s, VALUE exc)
         intr_queue(s, rw->fiber, exc);
         n++;
     }
-    for (weft__node *a = s->ready.head; a; a = a->next) {
-        rwait *rw = RW_OF(a, rnode);
-        if (rw->quick) { /* a yield: on no other list */
-            intr_queue(s, rw->fiber, exc);
-            n++;
-        }
+    for (weft__node *a = s->yields.head; a; a = a->next) {
+        rwait *rw = RW_OF(a, anode);
+        intr_queue(s, rw->fiber, exc);
+        n++;
     }
     for (weft__node *a = s->all.head; a; a = a->next) {
         rwait *rw = RW_OF(a, anode);

@@ -100,6 +100,7 @@ void weft__rb_rw_begin_yield(rsched *s, rwait *rw, int what)
     rw_init(s, rw, what);
     rw->kind = RW_YIELD; /* nothing to unblock */
     rw->quick = 1;
+    weft__list_push_front(&s->yields, &rw->anode);
     weft__wait_complete(&rw->w, 0);
 }
 
@@ -117,8 +118,10 @@ void weft__rb_rw_end(rwait *rw)
     if (rw->w.active)
         weft__wait_complete(&rw->w, -ECANCELED);
     rq_remove(s, rw);
-    if (rw->quick)
+    if (rw->quick) {
+        weft__list_remove(&s->yields, &rw->anode);
         return;
+    }
     weft__list_remove(&s->all, &rw->anode);
     st_data_t key = (st_data_t)rw->fiber, val;
     if (st_lookup(s->waiting, key, &val) && (rwait *)val == rw)
