@@ -246,7 +246,7 @@ static void fill_info(weft_sched_t *s, uint32_t idx, weft_fiber_info_t *in)
     const weft__fiber *f = sl->u.fiber;
     memset(in, 0, sizeof *in);
     in->handle.id = ((uint64_t)sl->gen << 32) | (idx + 1);
-    in->name = s->sobs[idx].name;
+    in->name = s->sobs ? s->sobs[idx].name : NULL;
     in->fn = f->fn;
     in->spawn_caller = f->stack.spawn_ra;
     in->detached = sl->state == SLOT_DETACHED;
@@ -506,6 +506,14 @@ int weft_fiber_set_name(weft_fiber_t h, const char *name)
     if (sl->gen != (uint32_t)(h.id >> 32) ||
         (sl->state != SLOT_LIVE && sl->state != SLOT_DETACHED))
         return -ESRCH;
+    if (!s->sobs) {
+        /* The first name: the table beside the slots is made now, so
+         * that a program that names no fiber pays nothing per fiber. */
+        if (!name)
+            return 0;
+        if (!(s->sobs = calloc(s->slot_cap, sizeof *s->sobs)))
+            return -ENOMEM;
+    }
     char *copy = NULL;
     if (name && !(copy = strndup(name, 63)))
         return -ENOMEM;
@@ -729,7 +737,7 @@ void weft__stall_note(weft_sched_t *s, weft__fiber *f)
         r->handle.id = ((uint64_t)s->slots[f->slot].gen << 32) | (f->slot + 1);
         r->fn = f->fn;
         r->spawn_caller = f->stack.spawn_ra;
-        if (s->sobs[f->slot].name) {
+        if (s->sobs && s->sobs[f->slot].name) {
             snprintf(st->name, sizeof st->name, "%s", s->sobs[f->slot].name);
             r->name = st->name;
         }

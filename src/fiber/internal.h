@@ -286,7 +286,8 @@ struct weft_sched {
     int dump_slot;            /* index in dump.c's table + 1; 0: none     */
     /* stall detector (dump.c), NULL when off */
     struct weft__stall *stall;
-    weft__slot_obs *sobs;     /* slot_cap entries, beside slots           */
+    weft__slot_obs *sobs;     /* slot_cap entries, beside slots; NULL until
+                                 the first weft_fiber_set_name()           */
     size_t nnames;            /* names in sobs                            */
     uint64_t stalls;          /* stalls noted                             */
     atomic_int idle;          /* for the watchdog: the loop waits in the

@@ -272,11 +272,13 @@ static int slot_alloc(weft_sched_t *s, uint32_t *out)
         if (s->slot_cap >= UINT32_MAX / 2)
             return -ENOMEM;
         uint32_t ncap = s->slot_cap ? s->slot_cap * 2 : 256;
-        weft__slot_obs *no = realloc(s->sobs, (size_t)ncap * sizeof *no);
-        if (!no)
-            return -ENOMEM;
-        memset(no + s->slot_cap, 0, (size_t)(ncap - s->slot_cap) * sizeof *no);
-        s->sobs = no;
+        if (s->sobs) { /* made by the first weft_fiber_set_name */
+            weft__slot_obs *no = realloc(s->sobs, (size_t)ncap * sizeof *no);
+            if (!no)
+                return -ENOMEM;
+            memset(no + s->slot_cap, 0, (size_t)(ncap - s->slot_cap) * sizeof *no);
+            s->sobs = no;
+        }
         weft__slot *ns = realloc(s->slots, (size_t)ncap * sizeof *ns);
         if (!ns)
             return -ENOMEM;
@@ -932,7 +934,7 @@ int weft_sched_destroy(weft_sched_t *s)
     if (s->io_fini)
         s->io_fini(s);
     weft__stack_cache_fini(&s->stacks);
-    for (uint32_t i = 0; i < s->nslots; i++)
+    for (uint32_t i = 0; s->sobs && i < s->nslots; i++)
         free(s->sobs[i].name);
     free(s->sobs);
     free(s->slots);
