@@ -184,12 +184,12 @@ struct collect {
     rsched *s;
     VALUE out, cur;
     st_table *seen;
-    st_table *yields;           /* fiber -> its sleep(0) on the ready queue */
+    st_table *yields;           /* fiber -> its sleep(0) (not in waiting) */
     int64_t now;
 };
 
-/* The wait @fiber is in: one of the waiting table, or a sleep(0) (on the
- * ready queue only: weft__rb_rw_begin_yield). */
+/* The wait @fiber is in: one of the waiting table, or a sleep(0)
+ * (weft__rb_rw_begin_yield: not in that table). */
 static rwait *wait_of(const struct collect *c, VALUE fiber)
 {
     rwait *rw = weft__rb_waiting_of(c->s, fiber);
@@ -213,7 +213,7 @@ static int collect_own(st_data_t k, st_data_t v, st_data_t p)
 /* _fibers -> [[fiber, state, wait, object, detail, waited_ns, deadline_ns,
  * block], ...]: every fiber this scheduler started and has not ended (in
  * the order they were started), then every other fiber waiting in one of
- * its hooks (a sleep(0) included). state: :running, :ready, :waiting or :suspended (alive, in no
+ * its hooks. state: :running, :ready, :waiting or :suspended (alive, in no
  * hook: in a resume chain, or after Fiber.yield). */
 static VALUE s_fibers(VALUE self)
 {
@@ -221,19 +221,13 @@ static VALUE s_fibers(VALUE self)
     weft__rb_check_fork(s);
     struct collect c = {s, rb_ary_new(), rb_fiber_current(), st_init_numtable(),
                         st_init_numtable(), weft_now()};
-    for (weft__node *n = s->yields.head; n; n = n->next) {
+    for (weft__node *n = s->all.head; n; n = n->next) {
         rwait *rw = RW_OF(n, anode);
-        st_insert(c.yields, (st_data_t)rw->fiber, (st_data_t)rw);
+        if (rw->quick)
+            st_insert(c.yields, (st_data_t)rw->fiber, (st_data_t)rw);
     }
     st_foreach(s->own, collect_own, (st_data_t)&c);
     for (weft__node *n = s->all.head; n; n = n->next) {
-        rwait *rw = RW_OF(n, anode);
-        if (st_is_member(c.seen, (st_data_t)rw->fiber))
-            continue;
-        st_insert(c.seen, (st_data_t)rw->fiber, 1);
-        rb_ary_push(c.out, entry(s, rw->fiber, rw, Qnil, c.now, c.cur));
-    }
-    for (weft__node *n = s->yields.head; n; n = n->next) {
         rwait *rw = RW_OF(n, anode);
         if (st_is_member(c.seen, (st_data_t)rw->fiber))
             continue;

@@ -111,11 +111,6 @@ long weft__rb_stop_all(rsched *s, VALUE exc)
         intr_queue(s, rw->fiber, exc);
         n++;
     }
-    for (weft__node *a = s->yields.head; a; a = a->next) {
-        rwait *rw = RW_OF(a, anode);
-        intr_queue(s, rw->fiber, exc);
-        n++;
-    }
     for (weft__node *a = s->all.head; a; a = a->next) {
         rwait *rw = RW_OF(a, anode);
         if (rw->w.active && !rw->w.nocancel)

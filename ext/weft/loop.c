@@ -85,13 +85,13 @@ static void rw_init(rsched *s, rwait *rw, int what)
     rw->fiber = rb_fiber_current();
     rw->epoch = s->epoch;
     weft__wait_init(&rw->w, &s->r, rw_wake, rw);
+    weft__list_push_front(&s->all, &rw->anode);
     rw->linked = 1;
 }
 
 void weft__rb_rw_begin(rsched *s, rwait *rw, int what)
 {
     rw_init(s, rw, what);
-    weft__list_push_front(&s->all, &rw->anode);
     st_insert(s->waiting, (st_data_t)rw->fiber, (st_data_t)rw);
 }
 
@@ -100,7 +100,6 @@ void weft__rb_rw_begin_yield(rsched *s, rwait *rw, int what)
     rw_init(s, rw, what);
     rw->kind = RW_YIELD; /* nothing to unblock */
     rw->quick = 1;
-    weft__list_push_front(&s->yields, &rw->anode);
     weft__wait_complete(&rw->w, 0);
 }
 
@@ -118,11 +117,9 @@ void weft__rb_rw_end(rwait *rw)
     if (rw->w.active)
         weft__wait_complete(&rw->w, -ECANCELED);
     rq_remove(s, rw);
-    if (rw->quick) {
-        weft__list_remove(&s->yields, &rw->anode);
-        return;
-    }
     weft__list_remove(&s->all, &rw->anode);
+    if (rw->quick)
+        return;
     st_data_t key = (st_data_t)rw->fiber, val;
     if (st_lookup(s->waiting, key, &val) && (rwait *)val == rw)
         st_delete(s->waiting, &key, NULL);

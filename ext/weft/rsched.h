@@ -102,9 +102,8 @@ typedef struct rwait {
     uint8_t kind;       /* RW_IO, RW_SLEEP, RW_BLOCK or RW_YIELD            */
     uint8_t queued;     /* on rsched.ready                                  */
     uint8_t linked;     /* begun and not yet ended (weft__rb_rw_end)        */
-    uint8_t quick;      /* a yield (sleep(0)): complete from the start, so
-                         * on rsched.yields instead of rsched.all, and not
-                         * in rsched.waiting                               */
+    uint8_t quick;      /* a yield (sleep(0)): complete from the start,
+                         * so not in rsched.waiting                        */
     uint8_t olinked;    /* on its descriptor's w_waiters                    */
     uint8_t what;       /* WAIT_FD ... WAIT_WRITER                          */
     int aux;            /* WAIT_RING: the op (WEFT__OP_*)                   */
@@ -155,11 +154,7 @@ struct rsched {
     weft__reactor r;           /* the reactor, live while r_live          */
     VALUE thread;              /* the owner thread (bound at first use)   */
     VALUE loop_fiber;          /* the fiber running the loop, or Qnil     */
-    weft__list all;            /* rwait.anode: every wait but yields    */
-    weft__list yields;         /* rwait.anode: sleep(0)s not yet ended
-                                * (GVL only: marked from here, not from
-                                * `ready`, which wake-ups append to
-                                * without the GVL)                       */
+    weft__list all;            /* rwait.anode: every wait               */
     weft__list ready;          /* rwait.rnode: completed, to dispatch    */
     st_table *waiting;         /* fiber -> rwait*                        */
     /* Fibers inside #exclusive (fiber -> depth) and their count: while
@@ -294,8 +289,8 @@ static inline void weft__rb_check_fork(rsched *s)
 void weft__rb_rw_begin(rsched *s, rwait *rw, int what);
 /* Begin a wait that is over at once (sleep(0): the fiber only lets the
  * others run) and complete it. Not entered in rsched.waiting (a table of
- * every waiting fiber, cold among 10,000 fibers: bench/ruby/churn.rb), and
- * on rsched.yields rather than rsched.all. */
+ * every waiting fiber, cold among 10,000 fibers: bench/ruby/churn.rb):
+ * nothing can unblock it. */
 void weft__rb_rw_begin_yield(rsched *s, rwait *rw, int what);
 void weft__rb_rw_end(rwait *rw);
 rwait *weft__rb_waiting_of(rsched *s, VALUE fiber);

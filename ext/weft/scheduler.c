@@ -39,8 +39,6 @@ static void s_mark(void *p)
     /* Waiting fibers are pinned: they are keys of `waiting`. */
     for (weft__node *n = s->all.head; n; n = n->next)
         rb_gc_mark(RW_OF(n, anode)->fiber);
-    for (weft__node *n = s->yields.head; n; n = n->next)
-        rb_gc_mark(RW_OF(n, anode)->fiber);
     for (weft__node *n = s->intrs.head; n; n = n->next) {
         rintr *ri = INTR_OF(n);
         rb_gc_mark(ri->fiber);
@@ -209,7 +207,7 @@ void weft__rb_fork_reset(rsched *s)
     s->fork_gen = weft__rb_fork_generation;
     s->pid = getpid();
     s->epoch++;
-    s->all = s->ready = s->yields = (weft__list){NULL, NULL};
+    s->all = s->ready = (weft__list){NULL, NULL};
     st_clear(s->waiting);
     free_heap_intrs(s);
     for (int i = 0; i < s->nfdi; i++) {
@@ -235,8 +233,7 @@ void weft__rb_fork_reset(rsched *s)
  * by the thread that submits to it (SINGLE_ISSUER). */
 static void rebind(rsched *s, VALUE cur)
 {
-    if (s->bound || s->running || !weft__list_empty(&s->all) || !weft__list_empty(&s->yields) ||
-        (s->r_live && s->r.nwaits))
+    if (s->bound || s->running || !weft__list_empty(&s->all) || (s->r_live && s->r.nwaits))
         rb_raise(rb_eThreadError,
                  "Weft::Scheduler used from a thread that does not own it");
     remake_reactor(s, false, "weft: reactor setup in the scheduler's thread");
@@ -330,7 +327,7 @@ static bool thread_aborting(VALUE thread)
 static void abandon_fibers(rsched *s)
 {
     s->epoch++;
-    s->all = s->ready = s->yields = (weft__list){NULL, NULL};
+    s->all = s->ready = (weft__list){NULL, NULL};
     st_clear(s->waiting);
     st_clear(s->own);
     if (s->pins)

@@ -517,9 +517,7 @@ int weft_fiber_set_name(weft_fiber_t h, const char *name)
     char *copy = NULL;
     if (name && !(copy = strndup(name, 63)))
         return -ENOMEM;
-    if (s->sobs[idx].name)
-        s->nnames--;
-    free(s->sobs[idx].name);
+    weft__name_drop(s, idx);
     s->sobs[idx].name = copy;
     if (copy)
         s->nnames++;

@@ -170,9 +170,7 @@ int weft__wait_arm_later(weft__wait *w, int64_t deadline)
 {
     if (deadline == WEFT_FOREVER || !w->active)
         return 0;
-    w->timer.deadline = deadline;
-    w->r->timers_armed++;
-    return weft__heap_push(&w->r->timers, &w->timer);
+    return weft__timer_arm(w->r, &w->timer, deadline);
 }
 
 int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline)
