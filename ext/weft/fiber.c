@@ -109,19 +109,18 @@ static VALUE entry_run(VALUE proc, int argc, const VALUE *argv, bool quiet)
     return rb_ensure(entry_body, (VALUE)&a, entry_done, (VALUE)&a);
 }
 
-static VALUE fiber_entry(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, proc))
+/* The block of every scheduled fiber, one Proc for all of them (a Proc
+ * per fiber, wrapping the user's, was two more objects for the collector
+ * per Fiber.schedule): the first resume passes the user's block as the
+ * first argument, before the block's own arguments. */
+static VALUE fiber_entry(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, quiet))
 {
     (void)yielded;
     (void)blockarg;
-    return entry_run(proc, argc, argv, false);
+    return entry_run(argv[0], argc - 1, argv + 1, RTEST(quiet));
 }
 
-static VALUE fiber_entry_quiet(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, proc))
-{
-    (void)yielded;
-    (void)blockarg;
-    return entry_run(proc, argc, argv, true);
-}
+static VALUE entry_procs[2]; /* [quiet]: made once, at load */
 
 /* Fiber.schedule resumes the new fiber (see "switching" in loop.c): it
  * runs in the caller's resume chain until its first wait or its end. */
@@ -148,7 +147,7 @@ static VALUE start_body(VALUE p)
     s->entered = a->fiber;
     s->entered_chained = true;
     weft__rb_on_cpu(s, a->fiber);
-    rb_fiber_resume(a->fiber, a->argc, a->argv);
+    rb_fiber_resume(a->fiber, a->argc, a->argv); /* the block, then its arguments */
     weft__rb_on_cpu(s, rb_fiber_current());
     if (s->stops != stops) {
         if (!RTEST(rb_funcall(rb_fiber_current(), id_blocking_p, 0)))
@@ -176,21 +175,23 @@ static VALUE start_fiber(VALUE self, int argc, VALUE *argv, bool quiet)
     if (!rb_block_given_p())
         rb_raise(rb_eArgError, "Weft::Scheduler#fiber needs a block");
     VALUE proc = rb_block_proc();
-    VALUE body = rb_proc_new(quiet ? fiber_entry_quiet : fiber_entry, proc);
-    VALUE fiber = rb_funcall_with_block(weft__rb_cFiber, id_new, 0, NULL, body);
-    /* The block is kept with it: where the fiber was spawned (#dump). */
+    VALUE fiber = rb_funcall_with_block(weft__rb_cFiber, id_new, 0, NULL,
+                                        entry_procs[quiet]);
+    /* The block is kept with it: where the fiber was spawned (#dump), and
+     * a root until the fiber has taken it from its first resume. */
     st_insert(s->own, (st_data_t)fiber, (st_data_t)proc);
     s->st.spawned++;
     if (s->st.spawned - s->st.finished > s->st.peak)
         s->st.peak = s->st.spawned - s->st.finished;
-    /* Both stay on this stack until Fiber#initialize has taken the block:
-     * the passed block is no GC root, and Fiber.new allocates (under
-     * GC.stress on Ruby 3.3 a collected @body crashed Fiber#initialize). */
     RB_GC_GUARD(proc);
-    RB_GC_GUARD(body);
     s->now = weft_now(); /* its first wait's "since" (a spawn is no hot op) */
-    struct start_arg a = {s, fiber, argc, argv, s->entered, s->entered_chained};
+    VALUE tmp, *av = ALLOCV_N(VALUE, tmp, (size_t)argc + 1);
+    av[0] = proc;
+    if (argc)
+        MEMCPY(av + 1, argv, VALUE, argc);
+    struct start_arg a = {s, fiber, argc + 1, av, s->entered, s->entered_chained};
     rb_ensure(start_body, (VALUE)&a, start_restore, (VALUE)&a);
+    ALLOCV_END(tmp);
     return fiber;
 }
 
@@ -235,6 +236,10 @@ void weft__rb_init_fiber(VALUE klass)
     id_new = rb_intern("new");
     id_full_message = rb_intern("full_message");
     id_blocking_p = rb_intern("blocking?");
+    for (int q = 0; q < 2; q++) {
+        entry_procs[q] = rb_proc_new(fiber_entry, q ? Qtrue : Qfalse);
+        rb_gc_register_mark_object(entry_procs[q]);
+    }
     rb_define_method(klass, "fiber", s_fiber, -1);
     rb_define_method(klass, "_fiber", s_fiber, -1);
     rb_define_method(klass, "_fiber_quiet", s_fiber_quiet, 0);

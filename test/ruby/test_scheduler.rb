@@ -295,6 +295,25 @@ class TestScheduler < Minitest::Test
     assert_equal [1, :two, :ensured, false], got
   end
 
+  # Starting a fiber makes nothing for the collector beyond what Fiber.new
+  # and its block do: every object more per fiber brings the next
+  # collection nearer, and each one marks the stack of every live fiber.
+  def test_schedule_allocates_what_fiber_new_does
+    n = 1000
+    per_fiber = lambda do |start|
+      GC.disable
+      a0 = GC.stat(:total_allocated_objects)
+      n.times(&start)
+      (GC.stat(:total_allocated_objects) - a0).fdiv(n)
+    ensure
+      GC.enable
+    end
+    plain = per_fiber.call(proc { Fiber.new(blocking: false) {}.resume })
+    scheduled = nil
+    weft { scheduled = per_fiber.call(proc { Fiber.schedule {} }) }
+    assert_operator scheduled, :<=, plain + 0.1, "objects per Fiber.schedule"
+  end
+
   def test_ten_thousand_fibers_sleep_zero
     count = 0
     weft do
