@@ -112,15 +112,11 @@ static inline void after_switch(weft_sched_t *s, weft__fiber *self)
  * again). Always inlined: after __tsan_switch_to_fiber nothing may return
  * through an instrumented frame before the switch (TSan's function-exit
  * hook would run on the new fiber's shadow stack and crash). */
-static inline __attribute__((always_inline)) void switch_in(weft_sched_t *s,
+static inline __attribute__((always_inline)) void switch_to(weft_sched_t *s,
                                                             weft__fiber *from,
                                                             weft__fiber *to)
 {
     (void)from;
-    /* The stall watchdog (dump.c) flagged the fiber now leaving: it has
-     * run too long. One load of a line every switch touches anyway. */
-    if (WEFT_UNLIKELY(atomic_load_explicit(&s->stall_flag, memory_order_relaxed)))
-        weft__stall_note(s, s->current);
     s->current = to;
     to->state = WEFT__F_RUNNING;
     /* Relaxed atomic: a plain store, which the watchdog may read. */
@@ -142,6 +138,18 @@ static inline __attribute__((always_inline)) void switch_in(weft_sched_t *s,
 #endif
 }
 
+/* switch_to, after asking whether the stall watchdog (dump.c) flagged the
+ * fiber now leaving: it has run too long. One load of a line every switch
+ * touches anyway. */
+static inline __attribute__((always_inline)) void switch_in(weft_sched_t *s,
+                                                            weft__fiber *from,
+                                                            weft__fiber *to)
+{
+    if (WEFT_UNLIKELY(atomic_load_explicit(&s->stall_flag, memory_order_relaxed)))
+        weft__stall_note(s, s->current);
+    switch_to(s, from, to);
+}
+
 static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to)
 {
     switch_in(s, from, to);
@@ -149,10 +157,12 @@ static inline void do_switch(weft_sched_t *s, weft__fiber *from, weft__fiber *to
     after_switch(s, from);
 }
 
-/* The last switch of a finished fiber: its context is not saved. */
+/* The last switch of a finished fiber: its context is not saved, and
+ * fiber_finish has asked the watchdog's flag already (a flag raised since
+ * is dropped by weft__stall_note as a stall that ended). */
 static _Noreturn void exit_switch(weft_sched_t *s, weft__fiber *to)
 {
-    switch_in(s, NULL, to);
+    switch_to(s, NULL, to);
     weft__ctx_exit(&to->ctx);
 }
 
