@@ -307,7 +307,12 @@ VALUE weft__rb_stop_exception(const char *why);
 long weft__rb_stop_all(rsched *s, VALUE exc);
 
 /* wait.c */
+/* A hook's timeout (seconds, nil = none) as a deadline; a value that is
+ * no time interval raises what Ruby raises for it. */
 int64_t weft__rb_to_deadline(VALUE t);
+/* The same, with a negative number meaning "do not wait" (the timeouts
+ * of Thread#join and Queue#pop/#push, which the block hook gets). */
+int64_t weft__rb_to_deadline_or_now(VALUE t);
 int weft__rb_io_fd(VALUE io);
 fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io);
 int weft__rb_poll_now(int fd, int events);

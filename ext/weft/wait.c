@@ -20,18 +20,28 @@ int64_t weft__rb_to_deadline(VALUE t)
 {
     if (NIL_P(t))
         return WEFT_FOREVER;
-    if (!RB_INTEGER_TYPE_P(t) && !RB_FLOAT_TYPE_P(t) &&
-        !rb_obj_is_kind_of(t, rb_cNumeric))
-        rb_raise(rb_eTypeError, "timeout must be nil or a Numeric, not %s",
-                 rb_obj_classname(t));
+    /* What is not a plain number, and a number that is no interval,
+     * raise what Ruby's own sleep, select and waits raise for them
+     * (rb_time_interval: TypeError, ArgumentError, RangeError). */
+    if (!RB_INTEGER_TYPE_P(t) && !RB_FLOAT_TYPE_P(t))
+        (void)rb_time_interval(t);
     double d = NUM2DBL(t);
-    if (isnan(d) || d < 0)
-        rb_raise(rb_eArgError, "timeout must not be negative");
+    if (isnan(d) || d < 0) {
+        (void)rb_time_interval(t);
+        rb_raise(rb_eArgError, "time interval must not be negative");
+    }
     if (d == 0)
         return 0;
     if (d > 9.0e9)
         return INT64_MAX;
     return weft_deadline_in((int64_t)(d * 1e9));
+}
+
+int64_t weft__rb_to_deadline_or_now(VALUE t)
+{
+    if ((RB_INTEGER_TYPE_P(t) || RB_FLOAT_TYPE_P(t)) && NUM2DBL(t) < 0)
+        return 0;
+    return weft__rb_to_deadline(t);
 }
 
 /* The descriptor of @io (an IO or something with #to_io). */
@@ -288,7 +298,8 @@ static VALUE s_block(int argc, VALUE *argv, VALUE self)
 {
     rb_check_arity(argc, 1, 2);
     rsched *s = weft__rb_get_sched(self);
-    int64_t deadline = weft__rb_to_deadline(argc > 1 ? argv[1] : Qnil);
+    /* Thread#join(-1) and Queue#pop(timeout: -1) do not wait. */
+    int64_t deadline = weft__rb_to_deadline_or_now(argc > 1 ? argv[1] : Qnil);
     rwait rw;
     weft__rb_rw_begin(s, &rw, WAIT_BLOCK);
     rw.obj = argv[0];

@@ -542,4 +542,40 @@ class TestOrdinary < Minitest::Test
     assert_equal %w[hello raised timeout], threads
     assert_equal threads, fibers
   end
+
+  # 14. Timeouts that are no time interval, and negative ones, in every
+  # call that takes one: what threads raise or return. The hooks raised
+  # messages of their own, and Thread#join(-1), Queue#pop(timeout: -1)
+  # and SizedQueue#push(x, timeout: -1) raised where Ruby does not wait.
+  def test_bad_and_negative_timeouts_as_on_threads
+    cases = {
+      "sleep(-1)" => -> { sleep(-1) },
+      "sleep('x')" => -> { sleep("x") },
+      "sleep(:sym)" => -> { sleep(:a) },
+      "sleep(NaN)" => -> { sleep(Float::NAN) },
+      "select(-0.5)" => -> { r, = IO.pipe; IO.select([r], nil, nil, -0.5) },
+      "select('x')" => -> { r, = IO.pipe; IO.select([r], nil, nil, "x") },
+      "wait_readable(-1)" => -> { r, = IO.pipe; r.wait_readable(-1) },
+      "wait_writable('x')" => -> { _, w = IO.pipe; w.wait_writable("x") },
+      "mutex.sleep(-1)" => -> { m = Mutex.new; m.synchronize { m.sleep(-1) } },
+    }
+    # Ruby 3.1 drops Thread#join's timeout under any scheduler (fixed in
+    # 3.2, see the README); Queue timeouts are 3.2's.
+    if RUBY_VERSION >= "3.2"
+      cases["join(-1)"] = -> { Thread.new { sleep 0.2 }.join(-1) }
+      cases["pop(timeout: -1)"] = -> { Queue.new.pop(timeout: -1) }
+      cases["push(timeout: -0.5)"] = -> { q = SizedQueue.new(1); q << 1; q.push(2, timeout: -0.5) }
+    end
+    outcome = lambda do |c|
+      v = c.call
+      v.inspect
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      "#{e.class}: #{e.message}"
+    end
+    threads = cases.transform_values { |c| Thread.new { outcome.call(c) }.value }
+    fibers = {}
+    Weft.run { cases.each { |name, c| Fiber.schedule { fibers[name] = outcome.call(c) } } }
+    assert_equal threads, fibers
+    assert_equal "ArgumentError: time interval must not be negative", threads["sleep(-1)"]
+  end
 end
