@@ -158,6 +158,29 @@ module Weft
 end
 
 module Weft
+  # IO#sysread waits for data on a thread, but under a scheduler Ruby
+  # (3.1 to 3.4) hands it to the io_read hook as one attempt, the very
+  # call IO#read_nonblock makes: the hook cannot tell the two apart and
+  # must not wait for read_nonblock, so a sysread that found nothing
+  # raised Errno::EAGAIN. From a non-blocking fiber under Weft, sysread
+  # waits for the IO to become readable (through the scheduler, so
+  # IO#timeout applies) and tries again, as on a thread.
+  module SysreadWaits
+    def sysread(*arguments)
+      super
+    rescue Errno::EAGAIN
+      scheduler = Fiber.scheduler
+      raise unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.io_wait(self, IO::READABLE, nil)
+      retry
+    end
+  end
+  private_constant :SysreadWaits
+  IO.prepend(SysreadWaits)
+end
+
+module Weft
   # Ruby 3.3 and 3.4's IO#pwrite call the io_pwrite hook from inside a
   # blocking region, with the GVL released, so a hook that waits would
   # switch fibers and run Ruby code without the GVL (the process then

@@ -578,4 +578,29 @@ class TestOrdinary < Minitest::Test
     assert_equal threads, fibers
     assert_equal "ArgumentError: time interval must not be negative", threads["sleep(-1)"]
   end
+
+  # 15. IO#sysread with nothing to read yet waits, as on a thread. Ruby
+  # gives the io_read hook the very call IO#read_nonblock makes, and a
+  # sysread that found nothing raised Errno::EAGAIN; read_nonblock must
+  # still not wait. The readers start before the writer, so under Weft
+  # they find nothing.
+  def test_sysread_waits_and_read_nonblock_does_not
+    program = lambda do |spawn, finish|
+      r, w = IO.pipe
+      a, b = UNIXSocket.pair
+      got = [[:nonblock, r.read_nonblock(4, exception: false)]]
+      workers = []
+      workers << spawn.call { got << [:pipe, r.sysread(4)] }
+      workers << spawn.call { got << [:socket, a.sysread(6)] }
+      workers << spawn.call { w.syswrite("pipe"); b.syswrite("socket") }
+      finish.call(workers)
+      [r, w, a, b].each(&:close)
+      got.sort
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    assert_equal [[:nonblock, :wait_readable], [:pipe, "pipe"], [:socket, "socket"]], threads
+    assert_equal threads, fibers
+  end
 end
