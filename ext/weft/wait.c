@@ -194,6 +194,13 @@ static VALUE iowait_body(VALUE p)
  * when it passes. */
 static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
 {
+    /* From another thread: Ruby 3.4 runs IO.copy_stream's copy on the
+     * thread blocking_operation_wait gives it, and the copy asks the
+     * fiber's scheduler to wait for its descriptors from there. Wait on
+     * that thread as Ruby does without a scheduler (it has none). */
+    rsched *raw = weft__rb_get_raw(self);
+    if (raw->bound && raw->thread != rb_thread_current())
+        return rb_io_wait(io, events, timeout);
     rsched *s = weft__rb_get_sched(self);
     int fd = weft__rb_io_fd(io);
     int ev = NUM2INT(events) & (WEFT_READABLE | WEFT_PRIORITY | WEFT_WRITABLE);

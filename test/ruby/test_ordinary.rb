@@ -603,4 +603,29 @@ class TestOrdinary < Minitest::Test
     assert_equal [[:nonblock, :wait_readable], [:pipe, "pipe"], [:socket, "socket"]], threads
     assert_equal threads, fibers
   end
+
+  # 16. IO.copy_stream between pipes that fill up, from a fiber: what a
+  # thread copies. Ruby 3.4 runs the copy on the thread that
+  # blocking_operation_wait gives it and the copy calls the fiber's
+  # scheduler's io_wait from there, which raised ThreadError.
+  def test_copy_stream_between_full_pipes_as_on_threads
+    program = lambda do |spawn, finish|
+      src_r, src_w = IO.pipe.each(&:binmode)
+      dst_r, dst_w = IO.pipe.each(&:binmode)
+      data = Random.new(7).bytes(300_000)
+      got = {}
+      workers = []
+      workers << spawn.call { src_w.write(data); src_w.close }
+      workers << spawn.call { got[:read] = dst_r.read }
+      workers << spawn.call { got[:copied] = IO.copy_stream(src_r, dst_w); dst_w.close }
+      finish.call(workers)
+      [src_r, dst_r].each(&:close)
+      [got[:copied], got[:read] == data]
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    assert_equal [300_000, true], threads
+    assert_equal threads, fibers
+  end
 end
