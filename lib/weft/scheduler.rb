@@ -64,12 +64,26 @@ module Weft
       end.value
     end
 
-    # blocking_operation_wait(work) (Ruby >= 3.4)
+    # blocking_operation_wait(work) (Ruby >= 3.4): the work (zlib,
+    # IO.copy_stream, a big IO::Buffer copy) runs on a thread of its own
+    # while the loop goes on. It uses its caller's stack, so this never
+    # returns or raises while the work may still run: when an exception
+    # (a timeout, a stop) ends the wait, the work is interrupted (its
+    # thread killed, which calls the operation's unblock function) and
+    # waited for, with the loop held, before the exception goes on.
     def blocking_operation_wait(work)
-      Thread.new do
+      thread = Thread.new do
         Thread.current.name = "weft blocking_operation_wait" # named in #dump
+        Thread.current.report_on_exception = false
         work.call
-      end.value
+      end
+      thread.join
+      nil
+    ensure
+      if thread&.alive?
+        thread.kill
+        Thread.handle_interrupt(Object => :never) { Fiber.blocking { thread.join } }
+      end
     end
 
     # Raise an exception in +fiber+ the next time it waits in (or wakes

@@ -628,4 +628,33 @@ class TestOrdinary < Minitest::Test
     assert_equal [300_000, true], threads
     assert_equal threads, fibers
   end
+
+  # 17. Ruby 3.4 runs zlib, IO.copy_stream and big IO::Buffer copies
+  # through blocking_operation_wait, on a thread of its own, with data on
+  # the caller's stack. An exception that ended the wait (a timeout, a
+  # raise_in) left the work running while the caller unwound: the process
+  # crashed. Now the work is interrupted and waited for first, as a
+  # thread's Timeout interrupts it (zlib then raises Zlib::DataError).
+  def test_an_exception_ends_a_blocking_operation_before_it_goes_on
+    skip "blocking_operation_wait is Ruby 3.4's" if RUBY_VERSION < "3.4"
+    require "zlib"
+    data = Random.new(3).bytes(1 << 20) * 16
+    outcome = nil
+    running = nil
+    Weft.run do
+      s = Fiber.scheduler
+      a = Fiber.schedule do
+        Zlib.deflate(data)
+        outcome = :finished
+      rescue RuntimeError, Zlib::Error => e
+        outcome = e.class
+        running = Thread.list.count { |t| t.name == "weft blocking_operation_wait" && t.alive? }
+      end
+      # runs once the first fiber waits for its work, which cannot have
+      # finished: its thread has not had the GVL yet
+      Fiber.schedule { s.raise_in(a, RuntimeError, "stop") }
+    end
+    assert_includes [RuntimeError, Zlib::DataError], outcome
+    assert_equal 0, running, "the work still ran when the exception went on"
+  end
 end
