@@ -195,9 +195,10 @@ static VALUE iowait_body(VALUE p)
 static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
 {
     /* From another thread: Ruby 3.4 runs IO.copy_stream's copy on the
-     * thread blocking_operation_wait gives it, and the copy asks the
-     * fiber's scheduler to wait for its descriptors from there. Wait on
-     * that thread as Ruby does without a scheduler (it has none). */
+     * thread a blocking_operation_wait hook gives it (weft defines none;
+     * a subclass may), and the copy asks the fiber's scheduler to wait
+     * for its descriptors from there. Wait on that thread as Ruby does
+     * without a scheduler (it has none). */
     rsched *raw = weft__rb_get_raw(self);
     if (raw->bound && raw->thread != rb_thread_current())
         return rb_io_wait(io, events, timeout);

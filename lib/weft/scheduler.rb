@@ -64,27 +64,14 @@ module Weft
       end.value
     end
 
-    # blocking_operation_wait(work) (Ruby >= 3.4): the work (zlib,
-    # IO.copy_stream, a big IO::Buffer copy) runs on a thread of its own
-    # while the loop goes on. It uses its caller's stack, so this never
-    # returns or raises while the work may still run: when an exception
-    # (a timeout, a stop) ends the wait, the work is interrupted (its
-    # thread killed, which calls the operation's unblock function) and
-    # waited for, with the loop held, before the exception goes on.
-    def blocking_operation_wait(work)
-      thread = Thread.new do
-        Thread.current.name = "weft blocking_operation_wait" # named in #dump
-        Thread.current.report_on_exception = false
-        work.call
-      end
-      thread.join
-      nil
-    ensure
-      if thread&.alive?
-        thread.kill
-        Thread.handle_interrupt(Object => :never) { Fiber.blocking { thread.join } }
-      end
-    end
+    # No blocking_operation_wait (Ruby 3.4): without it Ruby runs the
+    # work (zlib, IO.copy_stream, big IO::Buffer copies) in place, as 3.1
+    # and 3.3 do. Handed to a thread of its own, the work used data on the
+    # calling fiber's stack and could not be stopped: IO.copy_stream looks
+    # for interrupts on the caller's thread, not on the one running it, so
+    # a timeout left the copy waiting on its pipe forever while the fiber
+    # unwound (or crashed the process), and a thread per piece made
+    # Zlib.deflate 2.4x slower. docs/design/ruby.md has the measurements.
 
     # Raise an exception in +fiber+ the next time it waits in (or wakes
     # from) this scheduler; safe where Fiber#raise would strand the caller.
