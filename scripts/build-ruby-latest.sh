@@ -7,7 +7,7 @@
 # suite, Ruby's own test/fiber and the README's Ruby examples on every
 # Ruby built, so each version's hook signatures and scheduler changes are
 # exercised (3.3: io_read offset, io_pread(io, buffer, from, length,
-# offset), io_select; 3.4: blocking_operation_wait and the rest).
+# offset), io_select; 3.4: the work it would offload, run in place).
 #
 #   --print-ruby     print where VERSION's ruby is (or will be), build nothing
 #   --print-rubies   print every newer Ruby built so far, one per line
