@@ -91,6 +91,9 @@ when "floor"
     nxt = (i + 1) % fibers
     # The first fiber ends after its last turn (back to the main fiber);
     # the others stay parked in their last transfer, as parked fibers do.
+    # The laps are written out as in `work`, not shared through a block or
+    # a lambda: a call per hand-off would be inside the measured window
+    # (a lambda there added more than a sleep(0) costs).
     ring[i] = Fiber.new do
       (rounds + 1).times do |j|
         ring[nxt].transfer
