@@ -34,6 +34,19 @@ class TestServer < Minitest::Test
     assert_match(%r{"GET / HTTP/1.1" 200 13\n\z}, access_logged)
   end
 
+  def test_status_lines_carry_the_standard_reason_phrase
+    app = ->(env) { [env["PATH_INFO"][1..].to_i, { "content-type" => "text/plain" }, []] }
+    with_server(app) do |port|
+      { 201 => "Created", 206 => "Partial Content", 301 => "Moved Permanently", 302 => "Found",
+        303 => "See Other", 307 => "Temporary Redirect", 308 => "Permanent Redirect",
+        401 => "Unauthorized", 409 => "Conflict", 410 => "Gone", 422 => "Unprocessable Content",
+        429 => "Too Many Requests", 502 => "Bad Gateway", 503 => "Service Unavailable" }.each do |code, reason|
+        r = get(port, "/#{code}")
+        assert_equal "HTTP/1.1 #{code} #{reason}", r.raw_head.lines.first.chomp
+      end
+    end
+  end
+
   def test_env_from_request
     seen = nil
     app = lambda do |env|
