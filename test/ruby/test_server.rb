@@ -286,6 +286,72 @@ class TestServer < Minitest::Test
     assert_match(/ERROR GET \/boom: RuntimeError: secret detail\n    .*test_server\.rb:\d+/, errors_logged)
   end
 
+  # The app's code that runs while its response is sent (headers#each,
+  # body#to_ary, an #each raising a SystemCallError of its own, a
+  # streaming body, a hijack callback) can fail too: a 500 when nothing
+  # was sent, the error logged, the connection closed when it cannot go
+  # on, and the server unharmed.
+  def test_app_errors_while_the_response_is_sent
+    raising_headers = Object.new
+    def raising_headers.each = raise("headers each failed")
+    raising_ary = Object.new
+    def raising_ary.to_ary = raise("to_ary failed")
+    def raising_ary.each = nil
+    upstream_gone = Object.new
+    def upstream_gone.each = raise(Errno::ECONNREFUSED, "upstream")
+    stream = Object.new
+    def stream.call(out) = (out.write("partial"); raise("stream failed"))
+    hijacked = Thread::Queue.new
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/headers" then [200, raising_headers, ["x"]]
+      when "/to_ary" then [200, {}, raising_ary]
+      when "/each" then [200, {}, upstream_gone]
+      when "/stream" then [200, {}, stream]
+      when "/partial" then [200, { "rack.hijack" => ->(_io) { raise "callback failed" } }, []]
+      when "/full"
+        io = env["rack.hijack"].call
+        io.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        hijacked << io # the app keeps the socket, closed by /close-it
+        raise "after the hijack"
+      when "/close-it"
+        hijacked.pop.close
+        [200, { "content-type" => "text/plain" }, ["closed"]]
+      else [200, { "content-type" => "text/plain" }, ["fine"]]
+      end
+    end
+    with_server(app, lint: false) do |port|
+      %w[/headers /to_ary /each].each do |path|
+        sock = connect(port)
+        sock.write("GET #{path} HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        buf = +"".b
+        assert_equal 500, read_response(sock, buf).status, path
+        assert_equal "fine", read_response(sock, buf).body, "#{path}: the connection goes on"
+        sock.close
+      end
+      %w[/stream /partial].each do |path|
+        sock = connect(port)
+        sock.write("GET #{path} HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = read_response(sock) # read to the end of stream: the server closed it
+        assert_equal 200, r.status, path
+        sock.close
+      end
+      sock = connect(port)
+      sock.write("GET /full HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      assert_equal "ok", read_response(sock, buf).body
+      assert_equal "closed", get(port, "/close-it").body
+      read_until(sock, buf) { false } # to the end of stream
+      assert_equal "", buf, "no 500 into a socket the app has hijacked"
+      sock.close
+      assert_equal "fine", get(port, "/").body
+    end
+    log = errors_logged
+    ["headers each failed", "to_ary failed", "upstream", "stream failed", "callback failed", "after the hijack"].each do |text|
+      assert_includes log, text
+    end
+  end
+
   def test_body_each_raising_after_the_head_closes_the_connection
     app = lambda do |env|
       return [200, { "content-type" => "text/plain" }, ["fine"]] if env["PATH_INFO"] == "/fine"

@@ -78,6 +78,9 @@ module Weft
         @writes += 1
         @writing = true
         @sock.write(data)
+      rescue IOError, SystemCallError
+        @peer_gone = true
+        raise
       ensure
         @writing = false
       end
@@ -95,6 +98,9 @@ module Weft
         @writes += 1
         @writing = true
         yield
+      rescue IOError, SystemCallError
+        @peer_gone = true
+        raise
       ensure
         @writing = false
       end
@@ -102,22 +108,54 @@ module Weft
       # Call the app and answer; true when the connection stays open.
       def respond(env, keep, head_only, minor)
         body = nil
+        @peer_gone = false # set when a write to the client fails
         begin
           status, headers, body = @app_response = @server.app.call(env)
         rescue *FATAL
           raise
         rescue Exception => e # rubocop:disable Lint/RescueException
           @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}", e)
-          return internal_error(env, keep)
+          # After a full hijack the socket is the app's: no 500 into it.
+          return @hijacked ? false : internal_error(env, keep)
         end
         return false if @hijacked # full hijack: the app owns the socket now
 
         keep &&= !@server.stopping? # a stop began while the app ran
-        keep = write_response(env, status, headers, body, keep, head_only, minor)
+        writes = @writes
+        begin
+          keep = write_response(env, status, headers, body, keep, head_only, minor)
+        rescue *FATAL
+          raise
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          keep = response_failed(env, e, keep, writes)
+        end
         @server._served
         keep
       ensure
         close_body(body, env)
+      end
+
+      # The app's response raised while it was being sent (headers#each,
+      # body#to_ary, #each, #to_path, a streaming body or a partial hijack
+      # callback): log it; answer 500 if nothing was sent yet, else end the
+      # connection (a truncated answer, never a complete-looking one). A
+      # failed write to the client only ends the connection.
+      def response_failed(env, error, keep, writes)
+        if @hijacked
+          # A streaming body or hijack callback owned the socket: its
+          # errors writing to a client that left are not the app's fault.
+          unless error.is_a?(IOError) || error.is_a?(SystemCallError)
+            @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: streaming the response", error)
+          end
+          close # nothing else will: the server no longer serves it
+          return false
+        end
+        raise error if @peer_gone
+
+        @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: sending the response", error)
+        return internal_error(env, keep) if @writes == writes
+
+        false
       end
 
       def close_body(body, env)
@@ -366,7 +404,7 @@ module Weft
             pending = nil
           end
         rescue Invalid, StandardError => e
-          raise if e.is_a?(IOError) || e.is_a?(SystemCallError) # the peer left
+          raise if @peer_gone # the client left
           raise if pending && e.is_a?(Invalid) # nothing sent: answer 500
 
           if pending
