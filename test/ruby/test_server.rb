@@ -203,6 +203,25 @@ class TestServer < Minitest::Test
     end
   end
 
+  # Rack 3 lets an app close rack.input; an empty one closed by one
+  # request must not be closed for the next.
+  def test_rack_input_closed_by_the_app_is_not_closed_for_the_next_request
+    app = lambda do |env|
+      input = env["rack.input"]
+      body = input.read
+      input.close if env["PATH_INFO"] == "/close"
+      [200, { "content-type" => "text/plain" }, ["read #{body.inspect}"]]
+    end
+    with_server(app, lint: false) do |port| # Rack 2.2's Lint forbids the close
+      assert_equal 'read ""', get(port, "/close").body
+      r = get(port, "/")
+      assert_equal 200, r.status
+      assert_equal 'read ""', r.body
+      assert_equal 'read "abc"', request(port, "POST /close HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc").body
+      assert_equal 'read ""', get(port, "/").body
+    end
+  end
+
   def test_chunked_request_body
     with_server(ECHO) do |port|
       r = request(port, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" \

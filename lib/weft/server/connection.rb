@@ -16,9 +16,17 @@ module Weft
       BINARY = Encoding::BINARY
       READ_SIZE = 16_384
       CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
-      # rack.input of every request without a body: read-only, and Rack
-      # forbids closing rack.input, so one serves all.
-      EMPTY_INPUT = StringIO.new("".b.freeze)
+      # rack.input of every request without a body: read-only, so one
+      # serves all, until an app closes it (Rack 3 allows that; Rack 2's
+      # Lint forbids it): then a new one.
+      @empty_input = StringIO.new("".b.freeze)
+
+      def self.empty_input
+        input = @empty_input
+        return input unless input.closed_read?
+
+        @empty_input = StringIO.new("".b.freeze)
+      end
 
       attr_reader :remote_addr
 
@@ -272,7 +280,7 @@ module Weft
 
       # rack.input for a Content-Length body (an empty one without).
       def read_body(length, continue)
-        return EMPTY_INPUT if length.zero?
+        return Connection.empty_input if length.zero?
 
         put(CONTINUE) if continue && @buf.bytesize < length
         if @buf.bytesize >= length
