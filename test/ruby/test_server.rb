@@ -122,6 +122,25 @@ class TestServer < Minitest::Test
     end
   end
 
+  def test_no_content_answer_has_no_length_and_no_body
+    app = lambda do |env|
+      return [200, { "content-type" => "text/plain" }, ["after"]] if env["PATH_INFO"] == "/after"
+
+      [204, { "content-length" => "3", "transfer-encoding" => "chunked" }, ["abc"]]
+    end
+    with_server(app, lint: false) do |port| # Lint refuses these fields on a 204
+      sock = connect(port)
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /after HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      r = read_response(sock, buf)
+      assert_equal 204, r.status
+      assert_nil r["content-length"]
+      assert_nil r["transfer-encoding"]
+      assert_equal "after", read_response(sock, buf).body, "nothing of the 204's body on the wire"
+      sock.close
+    end
+  end
+
   def test_head_sends_no_body
     with_server(Rack::Head.new(Rack::ContentLength.new(HELLO))) do |port|
       sock = connect(port)

@@ -189,7 +189,7 @@ module Weft
       def write_response(env, status, headers, body, keep, head_only, minor)
         code = status_code(status)
         head = STATUS_LINES[code].dup
-        keep = add_headers(head, headers, keep)
+        keep = add_headers(head, headers, keep, code)
         length = @length
         chunked_by_app = @chunked_by_app
         hijack = @hijack
@@ -233,7 +233,7 @@ module Weft
       # Append the app's header fields (validated), Date and Server to
       # +head+. Sets @length (content-length or nil), @chunked_by_app and
       # @hijack (a partial hijack callback or nil); returns keep.
-      def add_headers(head, headers, keep)
+      def add_headers(head, headers, keep, code)
         raise Invalid, "headers (#{headers.class}) do not respond to each" unless headers.respond_to?(:each)
 
         @length = @hijack = nil
@@ -257,9 +257,13 @@ module Weft
             case special
             when "content-length"
               raise Invalid, "content-length #{value.inspect} is not a number" unless values.size == 1 && /\A\d+\z/.match?(values[0])
+              next if code < 200 || code == 204 # never with a 1xx or 204 (RFC 9110)
 
               @length = values[0].to_i
-            when "transfer-encoding" then @chunked_by_app = true
+            when "transfer-encoding"
+              next if code < 200 || code == 204
+
+              @chunked_by_app = true
             when "connection"
               keep = false if values.any? { |v| v.casecmp?("close") }
               next # ours is written at the end of the head
