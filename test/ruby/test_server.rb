@@ -241,6 +241,15 @@ class TestServer < Minitest::Test
     end
   end
 
+  def test_repeated_content_length_gives_one_value
+    with_server(ECHO) do |port| # Lint checks CONTENT_LENGTH is digits only
+      r = request(port, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc")
+      assert_equal 200, r.status
+      assert_equal "abc", r.body
+      assert_equal "3", r["x-length"]
+    end
+  end
+
   def test_chunked_request_body
     with_server(ECHO) do |port|
       r = request(port, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" \

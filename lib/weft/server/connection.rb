@@ -184,6 +184,10 @@ module Weft
           @buf = @buf.byteslice(head, @buf.bytesize - head)
         end
 
+        # Content-Length repeated with one value is accepted; the env
+        # gets that value, not the fields joined ("3, 3").
+        cl = env["CONTENT_LENGTH"]
+        env["CONTENT_LENGTH"] = length.to_s if cl && !chunked && cl.include?(",")
         input = chunked ? read_chunked(env, continue) : read_body(length, continue)
         return false unless input
 
