@@ -47,6 +47,19 @@ class TestServer < Minitest::Test
     end
   end
 
+  # Rack 2.2's SPEC takes a status "parsed as integer (to_i)": a String
+  # such as "404" or "404 Not Found" passes its Lint.
+  def test_status_given_as_a_string
+    app = ->(env) { [env["PATH_INFO"] == "/full" ? "404 Not Found" : "201", { "content-type" => "text/plain" }, ["s"]] }
+    with_server(app) do |port|
+      r = get(port, "/")
+      assert_equal "HTTP/1.1 201 Created", r.raw_head.lines.first.chomp
+      assert_equal "s", r.body
+      r = get(port, "/full")
+      assert_equal "HTTP/1.1 404 Not Found", r.raw_head.lines.first.chomp
+    end
+  end
+
   def test_env_from_request
     seen = nil
     app = lambda do |env|

@@ -221,13 +221,14 @@ module Weft
         internal_error(env, keep)
       end
 
+      # Rack 3 wants an Integer; Rack 2 a status that "parsed as integer
+      # (to_i)" is a code, so "404" and "404 Not Found" are one too.
       def status_code(status)
-        code = status.is_a?(Integer) ? status : Integer(status.to_s, 10)
+        code = status.is_a?(Integer) ? status : status.to_s[/\A\d+/]&.to_i
+        raise Invalid, "status #{status.inspect} is not an Integer" unless code
         raise Invalid, "status #{status.inspect} is not between 100 and 999" unless code.between?(100, 999)
 
         code
-      rescue ArgumentError, TypeError
-        raise Invalid, "status #{status.inspect} is not an Integer"
       end
 
       # Append the app's header fields (validated), Date and Server to
