@@ -412,6 +412,42 @@ class TestServer < Minitest::Test
     end
   end
 
+  # An app whose Content-Length is not its body's size (String#length
+  # taken for bytesize): the answer goes as framed, then the connection
+  # closes, so that no byte of one answer is read as part of the next.
+  def test_content_length_not_the_body_size_closes_the_connection
+    dir = Dir.mktmpdir
+    File.write(file = File.join(dir, "f"), "12345")
+    file_body = Object.new
+    file_body.define_singleton_method(:to_path) { file }
+    file_body.define_singleton_method(:each) { |&b| b.call(File.read(file)) }
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/long" then [200, { "content-length" => "2" }, ["abcdef"]]
+      when "/short" then [200, { "content-length" => "10" }, ["abc"]]
+      when "/each" then [200, { "content-length" => "10" }, %w[a b c].each]
+      when "/file" then [200, { "content-length" => "10" }, file_body]
+      else [200, { "content-type" => "text/plain" }, ["next"]]
+      end
+    end
+    with_server(app, lint: false) do |port| # Lint refuses such a body
+      { "/long" => "ab", "/short" => "abc", "/each" => "abc", "/file" => "12345" }.each do |path, seen|
+        sock = connect(port)
+        sock.write("GET #{path} HTTP/1.1\r\nHost: t\r\n\r\nGET /next HTTP/1.1\r\nHost: t\r\n\r\n")
+        buf = +"".b
+        read_until(sock, buf) { false } # to the end of stream: the server closes
+        head, body = buf.split("\r\n\r\n", 2)
+        assert_match(/\AHTTP\/1\.1 200 OK\r\n/, head, path)
+        assert body.start_with?(seen), "#{path}: #{body.inspect}"
+        refute_includes body, "next", "#{path}: the pipelined request is not answered on this connection"
+        sock.close
+      end
+    end
+    assert_includes errors_logged, "the app's content-length is 10, its body 3 bytes"
+  ensure
+    FileUtils.rm_rf(dir) if dir
+  end
+
   def test_body_each_raising_after_the_head_closes_the_connection
     app = lambda do |env|
       return [200, { "content-type" => "text/plain" }, ["fine"]] if env["PATH_INFO"] == "/fine"

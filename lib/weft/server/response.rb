@@ -335,6 +335,7 @@ module Weft
         unless framed || code < 200 || code == 204 || code == 304 || (head_only && bytes.zero?)
           head << "content-length: " << bytes.to_s << CRLF
         end
+        keep = false if !no_body && @length && @length != bytes && length_mismatch(env, bytes)
         end_head(head, keep, minor)
         # One write: IO#write with several strings costs Ruby 3.1 under a
         # scheduler one send per string plus a poll between them.
@@ -369,8 +370,19 @@ module Weft
             sent += n
           end
           @log.access(@remote_addr, env, code, size)
+          keep = false if sent < size && length_mismatch(env, sent)
         end
         keep
+      end
+
+      # The app's Content-Length is not the size of the body it gave. The
+      # answer goes out as the app framed it, but the connection closes
+      # after it: what the client takes for the end of this answer (too
+      # early, or never) must not become the start of the next one. True.
+      def length_mismatch(env, bytes)
+        @log.error("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: the app's content-length is #{@length}, " \
+                   "its body #{bytes} bytes; closing the connection after the answer")
+        true
       end
 
       # A body that yields its parts (each): written as they come, framed
@@ -428,6 +440,7 @@ module Weft
           put(LAST_CHUNK)
         end
         @log.access(@remote_addr, env, code, bytes)
+        keep = false if !no_body && @length && @length != bytes && length_mismatch(env, bytes)
         keep
       end
 
