@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "rbconfig"
+require "socket"
 
 module Weft
   # The hooks written in Ruby: each hands a blocking call that has no
@@ -55,7 +56,6 @@ module Weft
       host = hostname.to_s.sub(/%.*\z/, "")
       return [host] if IP_LITERAL.match?(host)
 
-      require "socket"
       Thread.new do
         Thread.current.name = "weft address_resolve" # named in #dump
         Addrinfo.getaddrinfo(host, nil, nil, :STREAM).map(&:ip_address).uniq
@@ -179,6 +179,121 @@ module Weft
   end
   private_constant :SysreadWaits
   IO.prepend(SysreadWaits)
+end
+
+module Weft
+  # A service given by name ("http", "https", "domain"), not by number,
+  # failed under every scheduler (Ruby 3.1 to 3.4): Ruby resolves the host
+  # through the address_resolve hook, which gets the host alone, and then
+  # combines each address with the service by a numeric-only lookup, so
+  # `Socket.tcp("example.com", "https")`, `Addrinfo.tcp("localhost",
+  # "http")` and `TCPSocket.new(host, "http")` raised "Name or service not
+  # known" where a thread connects. From a non-blocking fiber under Weft:
+  # the lookups that return addresses run whole on a helper thread (as
+  # address_resolve does, with no scheduler there, so the results and
+  # errors are a thread's), and the sockets get the port number of the
+  # service for their socket type, looked up without a host (no scheduler
+  # hook, only the services database), which raises what a thread raises
+  # for an unknown service.
+  module ServiceNames
+    NUMERIC = /\A\d+\z/.freeze
+
+    def self.named?(host, service)
+      !host.nil? && service.is_a?(String) && !NUMERIC.match?(service) &&
+        Fiber.scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+    end
+
+    def self.port(service, socktype)
+      Addrinfo.getaddrinfo(nil, service, nil, socktype).first.ip_port
+    end
+
+    def self.on_thread
+      Thread.new do
+        Thread.current.name = "weft address_resolve" # named in #dump
+        Thread.current.report_on_exception = false
+        yield
+      end.value
+    end
+
+    # Socket.getaddrinfo and Addrinfo.getaddrinfo.
+    module Lookups
+      def getaddrinfo(host, service, *rest, **options)
+        return super unless ServiceNames.named?(host, service)
+
+        ServiceNames.on_thread { super(host, service, *rest, **options) }
+      end
+    end
+
+    # Addrinfo.tcp and .udp.
+    module AddrinfoTypes
+      def tcp(host, service)
+        return super unless ServiceNames.named?(host, service)
+
+        ServiceNames.on_thread { super(host, service) }
+      end
+
+      def udp(host, service)
+        return super unless ServiceNames.named?(host, service)
+
+        ServiceNames.on_thread { super(host, service) }
+      end
+    end
+
+    # Socket.sockaddr_in and .pack_sockaddr_in (port first).
+    module SockaddrIn
+      def sockaddr_in(service, host)
+        service = ServiceNames.port(service, nil) if ServiceNames.named?(host, service)
+        super
+      end
+
+      def pack_sockaddr_in(service, host)
+        service = ServiceNames.port(service, nil) if ServiceNames.named?(host, service)
+        super
+      end
+    end
+
+    # TCPSocket.new(host, service, local_host, local_service, ...) and
+    # TCPServer.new(host, service).
+    module TCPServices
+      def initialize(*arguments, **options)
+        if arguments.size >= 2 && ServiceNames.named?(arguments[0], arguments[1])
+          arguments[1] = ServiceNames.port(arguments[1], :STREAM)
+        end
+        if arguments.size >= 4 && ServiceNames.named?(arguments[2], arguments[3])
+          arguments[3] = ServiceNames.port(arguments[3], :STREAM)
+        end
+        super
+      end
+    end
+
+    # UDPSocket#bind(host, port), #connect(host, port), #send(msg, flags,
+    # host, port).
+    module UDPServices
+      def bind(host, service)
+        service = ServiceNames.port(service, :DGRAM) if ServiceNames.named?(host, service)
+        super
+      end
+
+      def connect(host, service)
+        service = ServiceNames.port(service, :DGRAM) if ServiceNames.named?(host, service)
+        super
+      end
+
+      def send(message, flags, *destination)
+        if destination.size == 2 && ServiceNames.named?(*destination)
+          destination[1] = ServiceNames.port(destination[1], :DGRAM)
+        end
+        super
+      end
+    end
+  end
+  private_constant :ServiceNames
+
+  Socket.singleton_class.prepend(ServiceNames::Lookups, ServiceNames::SockaddrIn)
+  Addrinfo.singleton_class.prepend(ServiceNames::Lookups, ServiceNames::AddrinfoTypes)
+  TCPSocket.prepend(ServiceNames::TCPServices)
+  TCPServer.prepend(ServiceNames::TCPServices)
+  UDPSocket.prepend(ServiceNames::UDPServices)
 end
 
 module Weft

@@ -665,4 +665,38 @@ class TestOrdinary < Minitest::Test
     assert_equal %i[timeout timeout timeout], threads
     assert_equal threads, fibers
   end
+
+  # 18. Services given by name, not number: what a thread gets. Ruby
+  # resolves the host through the address_resolve hook and then pairs each
+  # address with the service by a numeric-only lookup, so under any
+  # scheduler Addrinfo.tcp("localhost", "http"), Socket.tcp(host, "https")
+  # and the like raised "Name or service not known".
+  def test_service_names_resolve_as_on_threads
+    begin
+      Socket.getservbyname("http", "tcp")
+      Socket.getservbyname("domain", "udp")
+    rescue SocketError
+      skip "no services database (/etc/services) here"
+    end
+    cases = {
+      "Addrinfo.tcp" => -> { Addrinfo.tcp("localhost", "http").ip_port },
+      "Addrinfo.udp" => -> { Addrinfo.udp("127.0.0.1", "domain").ip_port },
+      "Addrinfo.getaddrinfo" => -> { Addrinfo.getaddrinfo("127.0.0.1", "https", nil, :STREAM).map(&:ip_port) },
+      "Socket.getaddrinfo" => -> { Socket.getaddrinfo("localhost", "http").map { |a| a.values_at(1, 5) }.uniq },
+      "Socket.sockaddr_in" => -> { Socket.unpack_sockaddr_in(Socket.sockaddr_in("http", "127.0.0.1")) },
+      "UDPSocket#connect" => -> { UDPSocket.open { |u| u.connect("127.0.0.1", "domain"); u.remote_address.ip_port } },
+      "unknown service" => -> { Addrinfo.tcp("localhost", "no-such-service") },
+      "TCPSocket unknown service" => -> { TCPSocket.new("127.0.0.1", "no-such-service") },
+    }
+    outcome = lambda do |c|
+      c.call
+    rescue SocketError => e
+      e.class
+    end
+    threads = cases.transform_values { |c| Thread.new { outcome.call(c) }.value }
+    fibers = {}
+    Weft.run { cases.each { |name, c| Fiber.schedule { fibers[name] = outcome.call(c) } } }
+    assert_equal 80, threads["Addrinfo.tcp"]
+    assert_equal threads, fibers
+  end
 end
