@@ -316,6 +316,30 @@ module Weft
 end
 
 module Weft
+  # Ruby 3.1's Mutex#sleep under a scheduler unlocks the mutex, calls the
+  # kernel_sleep hook and locks it again only when the hook returns: an
+  # exception raised in the wait (a Timeout, Weft::Stop, Fiber#raise) left
+  # the mutex unlocked, so the `synchronize` around it raised ThreadError
+  # ("Attempt to unlock a mutex which is not locked") in place of the
+  # timeout, and ConditionVariable#wait and Monitor's wait (which sleep
+  # through Mutex#sleep) did the same. Ruby >= 3.2 locks it again on every
+  # path; from a non-blocking fiber under Weft so does 3.1.
+  module MutexSleepRelocks
+    def sleep(*arguments)
+      held = owned?
+      super
+    rescue Exception # rubocop:disable Lint/RescueException
+      scheduler = Fiber.scheduler
+      lock if held && !owned? && scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+      raise
+    end
+  end
+  private_constant :MutexSleepRelocks
+
+  Thread::Mutex.prepend(MutexSleepRelocks) if RUBY_VERSION < "3.2"
+end
+
+module Weft
   # Ruby 3.1 keeps its "this file is being loaded" and "this constant is
   # being autoloaded" marks per thread, not per fiber: while one fiber is
   # inside `require "x"` (or an autoload's require), another fiber of the

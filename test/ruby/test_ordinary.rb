@@ -699,4 +699,43 @@ class TestOrdinary < Minitest::Test
     assert_equal 80, threads["Addrinfo.tcp"]
     assert_equal threads, fibers
   end
+
+  # 19. A timeout around a wait on a condition (ConditionVariable, Monitor,
+  # Mutex#sleep) inside `synchronize`: Timeout::Error, and the lock is
+  # free afterwards, as on a thread. On Ruby 3.1 the mutex was not locked
+  # again when the wait raised, and `synchronize` raised ThreadError
+  # ("Attempt to unlock a mutex which is not locked") in its place.
+  def test_a_timeout_around_a_condition_wait_as_on_threads
+    require "monitor"
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      mutex = Thread::Mutex.new
+      cv = Thread::ConditionVariable.new
+      monitor = Monitor.new
+      cond = monitor.new_cond
+      waits = {
+        cv: -> { mutex.synchronize { cv.wait(mutex) } },
+        cv_timed: -> { mutex.synchronize { cv.wait(mutex, 30) } },
+        mutex_sleep: -> { mutex.synchronize { mutex.sleep } },
+        monitor: -> { monitor.synchronize { cond.wait } },
+        monitor_timed: -> { monitor.synchronize { monitor.synchronize { cond.wait(30) } } },
+      }
+      workers = waits.map do |name, wait|
+        spawn.call do
+          Timeout.timeout(0.01) { wait.call }
+          got << [name, :returned]
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          got << [name, e.class]
+        end
+      end
+      finish.call(workers)
+      result = Array.new(waits.size) { got.pop }.sort
+      result + [mutex.locked?, monitor.mon_locked?]
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    assert_equal %i[cv cv_timed monitor monitor_timed mutex_sleep].map { |n| [n, Timeout::Error] } + [false, false], threads
+    assert_equal threads, fibers
+  end
 end
