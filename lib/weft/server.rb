@@ -116,6 +116,9 @@ module Weft
       # The pipe #stop writes to: made here, so that every worker forked
       # from a master has its own.
       @stop_r, @stop_w = IO.pipe
+      # A scheduler of its own (not a task of an enclosing Weft.run): then
+      # every fiber left in it is the server's or its app's.
+      @own_scheduler = !Fiber.scheduler.is_a?(Weft::Scheduler)
       options = @config.backend ? { backend: @config.backend } : {}
       options[:stall_ms] = @config.stall_ms if @config.stall_ms.positive?
       # This process answers the dump signal itself (a cluster's master
@@ -422,6 +425,7 @@ module Weft
       # (with Connection: close) and go.
       @connections.each_value(&:stop_if_idle)
       drain
+      stop_app_fibers
     ensure
       @scheduler.raise_in(@write_watcher, Weft::Stop) if @write_watcher&.alive?
       @stop_r.close
@@ -445,6 +449,24 @@ module Weft
       @log.error("shutdown: #{@connections.size} connection(s) still busy after " \
                  "#{@config.shutdown_timeout}s: stopping them")
       @connections.each_key { |f| @scheduler.raise_in(f, Weft::Stop.new("server shutdown")) if f.alive? }
+    end
+
+    # Fibers the app started and left running (the handler of a hijacked
+    # WebSocket, work scheduled after an answer) would keep #run from ever
+    # returning: once the requests in flight are done, they get Weft::Stop
+    # (their ensure clauses run). Not when the server runs inside an
+    # enclosing Weft.run: that program's fibers are not the server's.
+    def stop_app_fibers
+      return unless @own_scheduler
+
+      own = {}.compare_by_identity
+      [Fiber.current, @write_watcher, @watcher, @poll_watcher, *@accepters, *@connections.keys].each { |f| own[f] = true }
+      @scheduler._fibers.each do |entry|
+        fiber = entry[0]
+        next if own.key?(fiber) || !fiber.alive?
+
+        @scheduler.raise_in(fiber, Weft::Stop.new("server stopped"))
+      end
     end
 
     def close_listeners

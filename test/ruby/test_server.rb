@@ -707,6 +707,38 @@ class TestServer < Minitest::Test
     sock.close
   end
 
+  # A WebSocket-style handler in a fiber of its own, left running by the
+  # app after a full hijack, must not keep a graceful stop from ending.
+  def test_stop_ends_fibers_the_app_left_running
+    ended = Thread::Queue.new
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n")
+      Fiber.schedule do
+        while (line = io.gets)
+          io.write("echo #{line}")
+        end
+      ensure
+        io.close
+        ended << :handler
+      end
+      [200, {}, []]
+    end
+    sock = nil
+    with_server(app) do |port| # stopped at the end of the block: it must return
+      sock = connect(port)
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n")
+      buf = +"".b
+      read_until(sock, buf) { buf.include?("\r\n\r\n") }
+      sock.write("hi\n")
+      read_until(sock, buf) { buf.include?("echo hi\n") }
+    end
+    assert_equal 1, ended.size, "the handler's ensure ran before #run returned"
+    assert closed_by_server?(sock)
+  ensure
+    sock&.close
+  end
+
   def test_full_hijack_echo
     app = lambda do |env|
       return [200, { "content-type" => "text/plain" }, ["plain"]] unless env["HTTP_UPGRADE"] == "echo"
