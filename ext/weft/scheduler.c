@@ -277,6 +277,8 @@ static VALUE s_initialize(int argc, VALUE *argv, VALUE self)
     VALUE opts = Qnil;
     rb_scan_args(argc, argv, ":", &opts);
     weft_backend_t b = WEFT_BACKEND_DEFAULT;
+    /* Without the option, what a thread started now would do. */
+    s->report = RTEST(rb_funcall(rb_cThread, rb_intern("report_on_exception"), 0));
     if (!NIL_P(opts)) {
         VALUE rep = rb_hash_lookup2(opts, ID2SYM(rb_intern("report_on_exception")), Qundef);
         if (rep != Qundef)

@@ -738,4 +738,34 @@ class TestOrdinary < Minitest::Test
     assert_equal %i[cv cv_timed monitor monitor_timed mutex_sleep].map { |n| [n, Timeout::Error] } + [false, false], threads
     assert_equal threads, fibers
   end
+
+  # 20. Thread.report_on_exception = false (a program that silences the
+  # report of threads that die) silences fibers' too, as on threads; a
+  # scheduler's own option still decides when given.
+  def test_thread_report_on_exception_default_is_followed
+    program = lambda do |spawn, finish|
+      finish.call([spawn.call { raise ArgumentError, "quiet" }])
+    rescue ArgumentError
+      nil
+    end
+    run_threads = -> { program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) }) }
+    run_fibers = lambda do |**options|
+      Weft.run(**options) { program.call(->(&blk) { Fiber.schedule(&blk) }, ->(_) {}) }
+    rescue ArgumentError
+      nil
+    end
+    saved = Thread.report_on_exception
+    reports = {}
+    [false, true].each do |default|
+      Thread.report_on_exception = default
+      reports[[default, :threads]] = !capture_stderr { run_threads.call }.empty?
+      reports[[default, :fibers]] = !capture_stderr { run_fibers.call }.empty?
+      reports[[default, :option]] = !capture_stderr { run_fibers.call(report_on_exception: !default) }.empty?
+    end
+    expected = { [false, :threads] => false, [false, :fibers] => false, [false, :option] => true,
+                 [true, :threads] => true, [true, :fibers] => true, [true, :option] => false }
+    assert_equal expected, reports
+  ensure
+    Thread.report_on_exception = saved
+  end
 end
