@@ -506,11 +506,15 @@ static void *conn_main(void *arg)
     for (;;) {
         /* Answer every complete request in the buffer. */
         while (off < c->inlen) {
-            if (head_deadline == 0)
-                head_deadline = weft_deadline_in(s->o.header_timeout_ns);
             int r = http_parse(&sc, c->in + off, c->inlen - off, lim, &req);
-            if (r == 0)
+            if (r == 0) {
+                /* A head begun and not complete: from now on it has
+                 * header_timeout to arrive (a clock read only for a head
+                 * that needs more reads, not for every request). */
+                if (head_deadline == 0)
+                    head_deadline = weft_deadline_in(s->o.header_timeout_ns);
                 break;
+            }
             if (r < 0) {
                 put_error(c, -r);
                 lingering = 1;
