@@ -427,6 +427,11 @@ module Weft
       drain
       stop_app_fibers
     ensure
+      # Also when an exception ends the loop (a signal without a trap):
+      # the scheduler then stops every waiting fiber, and a connection's
+      # fiber that ends must not go on to wait for a next connection.
+      @stopping = true
+      @handoff.close
       @scheduler.raise_in(@write_watcher, Weft::Stop) if @write_watcher&.alive?
       @stop_r.close
       @stop_w.close

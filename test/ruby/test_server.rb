@@ -684,6 +684,41 @@ class TestServer < Minitest::Test
     assert_raises(Errno::ECONNREFUSED) { connect(port) }
   end
 
+  # An exception out of #run (a signal Ruby turns into SignalException,
+  # such as HUP or USR2 with no trap, or Thread#raise) while a request is
+  # in flight: the fibers stop and #run raises it, rather than hang on a
+  # fiber that waits for a next connection that will never come.
+  def test_an_exception_out_of_run_with_a_request_in_flight_ends_it
+    entered = Thread::Queue.new
+    release = Thread::Queue.new
+    app = lambda do |_env|
+      entered << true
+      release.pop
+      [200, { "content-type" => "text/plain" }, ["late"]]
+    end
+    server = Weft::Server.new(app, bind: "tcp://127.0.0.1:0", log: ServerTestHelper::LogIO.new,
+                                   access_log: ServerTestHelper::LogIO.new)
+    server.open_listeners
+    thread = Thread.new do
+      Thread.current.report_on_exception = false
+      server.run
+    end
+    sock = connect(server.ports.first)
+    sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    entered.pop
+    thread.raise(SignalException.new("HUP"))
+    # (join raises what ended the thread; nothing when it did not end)
+    error = assert_raises(SignalException, "#run did not return") { thread.join(GUARD) }
+    assert_equal "SIGHUP", error.message
+    assert closed_by_server?(sock)
+  ensure
+    sock&.close
+    if thread&.alive?
+      thread.kill
+      thread.join(1)
+    end
+  end
+
   def test_shutdown_timeout_stops_fibers_and_runs_ensure
     ensured = Thread::Queue.new
     arrived = Thread::Queue.new
