@@ -7,7 +7,10 @@
  */
 #include "rsched.h"
 
-static ID id_new;
+static ID id_new, id_message, id_backtrace, id_set_backtrace, id_serial;
+static ID id_Timeout, id_Error, id_ExitException;
+static VALUE cTimeoutExit;
+static unsigned long timeout_serial;
 
 /* ---- interrupts (timeout_after, fiber_interrupt) ------------------------ */
 
@@ -75,6 +78,10 @@ void weft__rb_deliver_interrupts(rsched *s, VALUE fiber)
             exc = ri->exc;
             intr_unlink(s, ri);
             xfree(ri);
+        } else if (ri->exit) {
+            exc = NIL_P(ri->message) ? rb_funcall(ri->exit_class, id_new, 0)
+                                     : rb_funcall(ri->exit_class, id_new, 1, ri->message);
+            rb_ivar_set(exc, id_serial, ULONG2NUM(ri->serial));
         } else if (NIL_P(ri->message)) {
             exc = rb_funcall(ri->klass, id_new, 0);
         } else {
@@ -121,12 +128,72 @@ long weft__rb_stop_all(rsched *s, VALUE exc)
 
 /* ---- hooks -------------------------------------------------------------- */
 
-/* timeout_after(duration, klass, message) { |duration| ... } */
+/* timeout_after(duration, klass, message) { |duration| ... }
+ *
+ * Timeout.timeout(s) { } (no class given) passes Timeout::Error. On a
+ * thread, what ends that block is no Timeout::Error until it leaves the
+ * block (Ruby >= 3.3 raises Timeout::ExitException inside and converts it
+ * there; 3.1 throws), so a `rescue Timeout::Error` inside (a library's
+ * own retry, an inner Timeout) does not swallow an outer timeout. The
+ * same here: for Timeout::Error the exception raised inside is an "exit"
+ * (Timeout::ExitException where Ruby has it, else
+ * Weft::Scheduler::TimeoutExit, neither a StandardError), marked with its
+ * timeout's serial number, and becomes a Timeout::Error with its message
+ * and backtrace when it reaches that timeout_after. Another class (as
+ * Timeout.timeout(s, MyError) or Weft.with_timeout give) is raised as
+ * itself, as on a thread. */
 static VALUE timeout_ensure(VALUE p)
 {
     rintr *ri = (rintr *)p;
     intr_unlink(ri->s, ri);
     return Qnil;
+}
+
+static VALUE timeout_yield(VALUE p)
+{
+    return rb_yield(((rintr *)p)->arg);
+}
+
+static VALUE timeout_rescue(VALUE p, VALUE exc)
+{
+    rintr *ri = (rintr *)p;
+    VALUE serial = rb_attr_get(exc, id_serial);
+    if (!RB_INTEGER_TYPE_P(serial) || NUM2ULONG(serial) != ri->serial)
+        rb_exc_raise(exc); /* another timeout's exit: goes on to it */
+    VALUE err = rb_funcall(ri->klass, id_new, 1, rb_funcall(exc, id_message, 0));
+    rb_funcall(err, id_set_backtrace, 1, rb_funcall(exc, id_backtrace, 0));
+    rb_exc_raise(err);
+    return Qnil; /* not reached */
+}
+
+static VALUE timeout_body(VALUE p)
+{
+    rintr *ri = (rintr *)p;
+    if (!ri->exit)
+        return rb_yield(ri->arg);
+    return rb_rescue2(timeout_yield, p, timeout_rescue, p, ri->exit_class, (VALUE)0);
+}
+
+/* Timeout::Error itself (not a subclass), when Timeout is loaded. */
+static bool is_timeout_error(VALUE klass)
+{
+    if (!rb_const_defined_at(rb_cObject, id_Timeout))
+        return false;
+    VALUE mod = rb_const_get_at(rb_cObject, id_Timeout);
+    if (!RB_TYPE_P(mod, T_MODULE) || !rb_const_defined_at(mod, id_Error))
+        return false;
+    return rb_const_get_at(mod, id_Error) == klass;
+}
+
+static VALUE exit_class(void)
+{
+    VALUE mod = rb_const_get_at(rb_cObject, id_Timeout);
+    if (rb_const_defined_at(mod, id_ExitException)) {
+        VALUE c = rb_const_get_at(mod, id_ExitException);
+        if (RB_TYPE_P(c, T_CLASS) && RTEST(rb_class_inherited_p(c, rb_eException)))
+            return c;
+    }
+    return cTimeoutExit;
 }
 
 static VALUE s_timeout_after(int argc, VALUE *argv, VALUE self)
@@ -142,6 +209,13 @@ static VALUE s_timeout_after(int argc, VALUE *argv, VALUE self)
     ri.klass = argc > 1 && !NIL_P(argv[1]) ? argv[1] : rb_eRuntimeError;
     ri.message = argc > 2 ? argv[2] : Qnil;
     ri.exc = Qnil;
+    ri.arg = argv[0];
+    ri.exit_class = Qnil;
+    if (is_timeout_error(ri.klass)) {
+        ri.exit = 1;
+        ri.exit_class = exit_class();
+        ri.serial = ++timeout_serial;
+    }
     ri.timer.idx = WEFT__TIMER_IDLE;
     ri.timer.fire = intr_timer_fired;
     intr_link(s, &ri);
@@ -151,7 +225,7 @@ static VALUE s_timeout_after(int argc, VALUE *argv, VALUE self)
             rb_memerror();
         }
     }
-    return rb_ensure(rb_yield, argv[0], timeout_ensure, (VALUE)&ri);
+    return rb_ensure(timeout_body, (VALUE)&ri, timeout_ensure, (VALUE)&ri);
 }
 
 /* fiber_interrupt(fiber, exception): raise @exception in @fiber when it
@@ -183,6 +257,16 @@ static VALUE s_stop(VALUE self, VALUE exc)
 void weft__rb_init_intr(VALUE klass)
 {
     id_new = rb_intern("new");
+    id_message = rb_intern("message");
+    id_backtrace = rb_intern("backtrace");
+    id_set_backtrace = rb_intern("set_backtrace");
+    id_serial = rb_intern("__weft_timeout"); /* no @: hidden from Ruby */
+    id_Timeout = rb_intern("Timeout");
+    id_Error = rb_intern("Error");
+    id_ExitException = rb_intern("ExitException");
+    /* What ends a Timeout.timeout block inside it where Ruby has no
+     * Timeout::ExitException (3.1, 3.2): not a StandardError. */
+    cTimeoutExit = rb_define_class_under(klass, "TimeoutExit", rb_eException);
     rb_define_method(klass, "timeout_after", s_timeout_after, -1);
     rb_define_method(klass, "fiber_interrupt", s_fiber_interrupt, 2);
     rb_define_method(klass, "stop", s_stop, 1);

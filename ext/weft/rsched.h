@@ -125,11 +125,15 @@ typedef struct rintr {
     VALUE klass;        /* timeout_after: the exception class to raise      */
     VALUE message;      /* timeout_after: its message, or Qnil              */
     VALUE exc;          /* heap interrupts: the exception object to raise   */
+    VALUE arg;          /* timeout_after: the duration given to the block   */
+    VALUE exit_class;   /* timeout_after, exit: raised inside the block     */
+    unsigned long serial; /* timeout_after, exit: names its own exception   */
     unsigned epoch;     /* rsched.epoch when linked (see rwait.epoch)       */
     uint8_t fired;      /* due: the timer fired, or queued already fired    */
     uint8_t delivered;  /* raised in its fiber (at most once)               */
     uint8_t heap;       /* allocated with ZALLOC: freed when delivered      */
     uint8_t linked;     /* on rsched.intrs                                  */
+    uint8_t exit;       /* timeout_after for Timeout::Error: see intr.c     */
 } rintr;
 
 /* What the extension knows of one descriptor number (rsched.fdi). */

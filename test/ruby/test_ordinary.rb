@@ -768,4 +768,47 @@ class TestOrdinary < Minitest::Test
   ensure
     Thread.report_on_exception = saved
   end
+
+  # 21. Timeout.timeout around code that rescues Timeout::Error itself (an
+  # inner Timeout, a library's retry): the outer timeout still ends the
+  # outer block, as on a thread, where what ends the block is no
+  # Timeout::Error until it leaves it. The scheduler raised Timeout::Error
+  # inside, so the inner rescue swallowed the outer timeout.
+  def test_an_outer_timeout_is_not_rescued_inside_as_on_threads
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      workers = []
+      workers << spawn.call do
+        Timeout.timeout(0.01) do
+          begin
+            Timeout.timeout(30) { sleep 30 }
+          rescue Timeout::Error
+            got << [:outer_first, :rescued_inside]
+          end
+          got << [:outer_first, :went_on]
+        end
+      rescue Timeout::Error => e
+        got << [:outer_first, e.class, e.message]
+      end
+      workers << spawn.call do
+        Timeout.timeout(30) do
+          Timeout.timeout(0.01) { sleep 30 }
+        rescue Timeout::Error => e
+          got << [:inner_first, e.class, e.message]
+        end
+      end
+      workers << spawn.call do
+        Timeout.timeout(0.01, ArgumentError, "mine") { sleep 30 }
+      rescue ArgumentError => e
+        got << [:own_class, e.class, e.message]
+      end
+      finish.call(workers)
+      Array.new(got.size) { got.pop }.sort_by(&:inspect)
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    assert_includes threads, [:outer_first, Timeout::Error, "execution expired"]
+    assert_equal threads, fibers
+  end
 end
