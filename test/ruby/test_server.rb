@@ -154,6 +154,30 @@ class TestServer < Minitest::Test
     end
   end
 
+  # Without Rack::Head in front, an app answers HEAD with its GET's body:
+  # the server sends none, and does not iterate it (Rack::Lint, which
+  # rackup puts in front in development, raises for parts yielded to a
+  # HEAD), but closes it.
+  def test_head_without_rack_head_is_answered_without_iterating_the_body
+    calls = Thread::Queue.new
+    app = lambda do |_env|
+      body = Object.new
+      body.define_singleton_method(:each) { |&b| calls << :each; b.call("Hello") }
+      body.define_singleton_method(:close) { calls << :close }
+      [200, { "content-type" => "text/plain" }, body]
+    end
+    with_server(app) do |port|
+      sock = connect(port)
+      sock.write("HEAD / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      buf = +"".b
+      r = read_response(sock, buf, head_request: true)
+      assert_equal 200, r.status
+      assert_equal "Hello", read_response(sock, buf).body, "HEAD's answer had a body"
+      sock.close
+    end
+    assert_equal %i[close each close], Array.new(calls.size) { calls.pop }
+  end
+
   def test_head_sends_no_body
     with_server(Rack::Head.new(Rack::ContentLength.new(HELLO))) do |port|
       sock = connect(port)

@@ -399,12 +399,20 @@ module Weft
           end
         end
         end_head(head, keep, minor)
+        if no_body
+          # HEAD, 1xx, 204, 304: nothing of the body goes out, so it is
+          # not iterated (only closed): no work for parts never sent, and
+          # Rack::Lint takes parts yielded for a HEAD for an app error.
+          put(head)
+          @log.access(@remote_addr, env, code, 0)
+          return keep
+        end
         pending = head
         bytes = 0
         begin
           body.each do |part|
             raise Invalid, "body part #{part.class} is not a String" unless part.is_a?(String)
-            next if no_body || part.empty?
+            next if part.empty?
 
             bytes += part.bytesize
             out = pending || String.new(encoding: BINARY, capacity: part.bytesize + 16)
