@@ -131,6 +131,7 @@ module Weft
         @handoff = Thread::Queue.new
         @spare = 0 # fibers waiting in @handoff.pop and not yet handed one
         @parked = {} # fileno => Connection, oldest first
+        @conn_fibers = {}.compare_by_identity # the fibers serving connections (also spare ones)
         if PARK_ABOVE && defined?(Weft::HTTP::Poller)
           @poller = Weft::HTTP::Poller.new
           @poll_watcher = Fiber.schedule { watch_parked }
@@ -298,7 +299,8 @@ module Weft
         @handoff << conn
       else
         # (also once stopping: a connection accepted is always served)
-        Fiber.schedule { serve_connections(conn) }
+        fiber = Fiber.schedule { serve_connections(conn) }
+        @conn_fibers[fiber] = true if fiber.alive?
       end
     end
 
@@ -310,6 +312,8 @@ module Weft
         @spare += 1
         conn = @handoff.pop # nil once closed (stop)
       end
+    ensure
+      @conn_fibers.delete(Fiber.current)
     end
 
     # The fiber that takes parked connections back when they have input
@@ -465,10 +469,12 @@ module Weft
       return unless @own_scheduler
 
       own = {}.compare_by_identity
-      [Fiber.current, @write_watcher, @watcher, @poll_watcher, *@accepters, *@connections.keys].each { |f| own[f] = true }
+      [Fiber.current, @write_watcher, @watcher, @poll_watcher, *@accepters].each { |f| own[f] = true }
       @scheduler._fibers.each do |entry|
         fiber = entry[0]
-        next if own.key?(fiber) || !fiber.alive?
+        # (a connection's fiber may not have begun its connection yet: a
+        # spare one just handed it, not yet run, is in no other list)
+        next if own.key?(fiber) || @conn_fibers.key?(fiber) || @connections.key?(fiber) || !fiber.alive?
 
         @scheduler.raise_in(fiber, Weft::Stop.new("server stopped"))
       end
