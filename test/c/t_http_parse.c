@@ -84,6 +84,12 @@ static void accepted(void)
     CHECK(P("OPTIONS * HTTP/1.1\r\n" HOST "\r\n") > 0);
     CHECK(P("GET http://example.com/x HTTP/1.1\r\n" HOST "\r\n") > 0);
 
+    /* A path's UTF-8 sent raw (not percent-encoded) is taken as sent. */
+    r = "GET /caf\xc3\xa9?q=\xe2\x82\xac HTTP/1.1\r\n" HOST "\r\n";
+    CHECK_EQ(P(r), strlen(r));
+    CHECK_EQ(req.target_len, strlen("/caf\xc3\xa9?q=\xe2\x82\xac"));
+    CHECK(memcmp(req.target, "/caf\xc3\xa9?q=\xe2\x82\xac", req.target_len) == 0);
+
     /* Incomplete heads ask for more. */
     CHECK_EQ(P("GET / HTTP/1.1\r\n" HOST), 0);
     CHECK_EQ(P("GET / HTTP/1.1\r\n" HOST "\r"), 0);
@@ -96,6 +102,8 @@ static void refused(void)
     CHECK_EQ(P("GET  / HTTP/1.1\r\n" HOST "\r\n"), -400);
     CHECK_EQ(P("GET / HTTP/1.1 \r\n" HOST "\r\n"), -400);
     CHECK_EQ(P("GET /\x7f HTTP/1.1\r\n" HOST "\r\n"), -400);
+    CHECK_EQ(P("GET /\x01 HTTP/1.1\r\n" HOST "\r\n"), -400);
+    CHECK_EQ(P("GET /\t HTTP/1.1\r\n" HOST "\r\n"), -400);
     CHECK_EQ(P("GET / HTTX/1.1\r\n" HOST "\r\n"), -400);
     CHECK_EQ(P("GET / HTTP/1.1\n" HOST "\r\n"), -400);          /* bare LF */
     CHECK_EQ(P("GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n"), -400);  /* bare CR */

@@ -86,6 +86,22 @@ class TestServer < Minitest::Test
     assert_equal "http", seen["rack.url_scheme"]
   end
 
+  # A client that sends a path's UTF-8 raw (not percent-encoded) gets an
+  # answer, and the app sees the bytes as sent (binary, as Rack's other
+  # request strings), where the parser used to answer 400.
+  def test_raw_utf8_in_the_target_reaches_the_app
+    seen = nil
+    app = lambda do |env|
+      seen = [env["PATH_INFO"], env["QUERY_STRING"]]
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    with_server(app) do |port|
+      assert_equal 200, get(port, "/caf\xC3\xA9/x?q=\xE2\x82\xAC".b).status
+      assert_equal ["/caf\xC3\xA9/x".b, "q=\xE2\x82\xAC".b], seen
+      assert_equal 400, get(port, "/a\x01b").status, "a control byte is still refused"
+    end
+  end
+
   def test_host_with_port_and_absolute_form
     seen = []
     app = ->(env) { seen << [env["SERVER_NAME"], env["SERVER_PORT"], env["PATH_INFO"]]; [204, {}, []] }
