@@ -240,6 +240,28 @@ class TestServerProcess < Minitest::Test
     false
   end
 
+  # A single process takes HUP (its terminal went away) as TERM: the
+  # request in flight is answered and it exits 0. Started with HUP
+  # ignored (nohup), it leaves it ignored.
+  def test_single_process_stops_gracefully_on_hup_unless_nohup
+    write_config
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-b", "tcp://127.0.0.1:0")
+    client = Thread.new { http_get(port, "/wait") }
+    wait_for_log(/arrived/)
+    Process.kill("HUP", pid)
+    File.write(File.join(@dir, "go"), "")
+    assert_equal "200", client.value.code
+    assert_equal 0, wait_exit(pid).exitstatus
+
+    pid, port = spawn_server("bash", "-c", 'trap "" HUP; exec "$@"', "nohup", RbConfig.ruby, WEFT, "serve", "-q",
+                             "-b", "tcp://127.0.0.1:0")
+    ignored = File.read("/proc/#{pid}/status")[/^SigIgn:\s*(\h+)/, 1].to_i(16)
+    assert_equal 1, ignored[Signal.list.fetch("HUP") - 1], "HUP stays ignored"
+    assert_equal "200", http_get(port, "/").code
+    Process.kill("TERM", pid)
+    assert_equal 0, wait_exit(pid).exitstatus
+  end
+
   # SIGTERM with requests in flight: every one is answered, then the
   # master exits 0.
   def test_graceful_stop_of_workers_answers_requests_in_flight

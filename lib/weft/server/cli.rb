@@ -113,8 +113,12 @@ module Weft
         nil
       end
 
+      # A single process stops gracefully on INT and TERM, and on HUP (its
+      # terminal went away: requests in flight still get their answers),
+      # unless HUP was ignored when it started (nohup), which it keeps.
       def trap_signals(server)
         %w[INT TERM].each { |sig| trap(sig) { server.stop } }
+        trap("HUP", "IGNORE") if trap("HUP") { server.stop } == "IGNORE"
       end
 
       # The app of a rackup file (Rack 2's parse_file returns [app,
