@@ -195,6 +195,7 @@ class TestServerProcess < Minitest::Test
       App.run!
     RUBY
     pid, port = spawn_server(RbConfig.ruby, "app.rb")
+    assert_includes log_err, "with backup from Weft\n", "the banner names the server"
     assert_equal "sinatra #{pid}", http_get(port).body
     threads = Array.new(10) { Thread.new { http_get(port, "/sleep").body } }
     assert_equal ["slept"] * 10, threads.map(&:value)
