@@ -5,6 +5,7 @@
  */
 #include "rsched.h"
 
+#include <limits.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -229,6 +230,12 @@ static enum xstep xfer_syscall(struct xfer *x)
             x->err = EAGAIN;
             return XS_ERRNO;
         }
+        /* Writable means room for PIPE_BUF bytes: a larger write to a
+         * blocking pipe or FIFO (stdout to a slow reader, a FIFO opened
+         * with File.open) would wait in write(2) for its reader, with
+         * the GVL held, and the reader may be one of our fibers. */
+        if (x->op == OP_WRITE && max > PIPE_BUF && x->s->r.fds[fd].kind == WEFT__FD_FIFO)
+            max = PIPE_BUF;
     }
     ssize_t n;
     switch (x->op) {

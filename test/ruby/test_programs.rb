@@ -407,4 +407,39 @@ class TestPrograms < Minitest::Test
       assert_equal ref, got
     end
   end
+
+  # A blocking pipe (a FIFO opened with File.open, a shell's pipe on
+  # stdout) written and read by two workers at once. Writable means room
+  # for PIPE_BUF bytes: a larger write(2) waited in the kernel for the
+  # reader with the GVL held, and the reader was a fiber of the same
+  # thread, so the process hung.
+  BLOCKING_PIPE = <<~'RUBY'
+    require "weft"
+    require "tmpdir"
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "fifo")
+      File.mkfifo(path)
+      w = File.open(path, "rb+") # neither open waits: each end has a peer
+      r = File.open(path, "rb")
+      data = Random.new(5).bytes(300_000)
+      got = Thread::Queue.new
+      work = [-> { got << [:wrote, w.write(data)]; w.close }, -> { got << [:read, r.read == data] }]
+      if ARGV.first == "threads"
+        work.map { |job| Thread.new(&job) }.each(&:join)
+      else
+        Weft.run { work.each { |job| Fiber.schedule(&job) } }
+      end
+      r.close
+      p Array.new(got.size) { got.pop }.sort
+    end
+  RUBY
+
+  def test_big_writes_to_a_blocking_pipe_read_by_another_fiber
+    ref, st = child("ARGV.replace(%w[threads]); #{BLOCKING_PIPE}", guard: 40)
+    assert st.success?, ref
+    assert_equal "[[:read, true], [:wrote, 300000]]\n", ref
+    got, st = child(BLOCKING_PIPE, guard: 40)
+    assert st.success?, got
+    assert_equal ref, got
+  end
 end
