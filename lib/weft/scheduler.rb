@@ -316,6 +316,72 @@ module Weft
 end
 
 module Weft
+  # Opening a FIFO (named pipe) waits in open(2) until the other end is
+  # opened too, and Ruby has no scheduler hook for open: in a fiber that
+  # wait held the whole thread, so the fiber that would open the other
+  # end never ran, and
+  #
+  #   Weft.run do
+  #     Fiber.schedule { File.read(fifo) }
+  #     Fiber.schedule { File.write(fifo, "hello") }
+  #   end
+  #
+  # hung where two threads pass "hello". From a non-blocking fiber under
+  # Weft, File.new / File.open / Kernel#open and IO.read, .binread,
+  # .readlines, .write and .binwrite of a FIFO open it (and for the class
+  # methods do the whole call) on a helper thread while the fiber waits
+  # for it; the reads and writes of a File opened so go through the
+  # scheduler as for any pipe. The helper is killed when the fiber's wait
+  # ends early (a timeout), which interrupts its open.
+  module FifoOpens
+    def self.fifo?(path)
+      return false if path.is_a?(Integer)
+
+      path = path.to_path if !path.is_a?(String) && path.respond_to?(:to_path)
+      path.is_a?(String) && !path.start_with?("|") &&
+        Fiber.scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking? && File.pipe?(path)
+    rescue StandardError
+      false
+    end
+
+    def self.on_thread
+      thread = Thread.new do
+        Thread.current.name = "weft open" # named in #dump
+        Thread.current.report_on_exception = false
+        yield
+      end
+      thread.value
+    ensure
+      thread&.kill
+    end
+
+    # File.new, File.open, Kernel#open of a path.
+    module Initialize
+      def initialize(path, *rest, **options, &block)
+        return super unless FifoOpens.fifo?(path)
+
+        FifoOpens.on_thread { super(path, *rest, **options, &block) }
+      end
+    end
+
+    # IO.read, .binread, .readlines, .write, .binwrite (File's too).
+    module Whole
+      %i[read binread readlines write binwrite].each do |name|
+        define_method(name) do |path, *rest, **options|
+          return super(path, *rest, **options) unless FifoOpens.fifo?(path)
+
+          FifoOpens.on_thread { super(path, *rest, **options) }
+        end
+      end
+    end
+  end
+  private_constant :FifoOpens
+
+  File.prepend(FifoOpens::Initialize)
+  IO.singleton_class.prepend(FifoOpens::Whole)
+end
+
+module Weft
   # Ruby 3.1's Mutex#sleep under a scheduler unlocks the mutex, calls the
   # kernel_sleep hook and locks it again only when the hook returns: an
   # exception raised in the wait (a Timeout, Weft::Stop, Fiber#raise) left

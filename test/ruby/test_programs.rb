@@ -442,4 +442,42 @@ class TestPrograms < Minitest::Test
     assert st.success?, got
     assert_equal ref, got
   end
+
+  # Opening a FIFO waits in open(2) until its other end is opened, and
+  # Ruby has no hook for open: a fiber that opened one first held the
+  # whole thread, so the fiber that would open the other end never ran.
+  FIFO_OPENS = <<~'RUBY'
+    require "weft"
+    require "tmpdir"
+    require "timeout"
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "fifo")
+      File.mkfifo(path)
+      got = Thread::Queue.new
+      rounds = [
+        [-> { File.open(path, "rb") { |f| got << [:open, f.read.size] } },
+         -> { File.open(path, "wb") { |f| f.write("x" * 100_000) } }],
+        [-> { got << [:read, File.read(path)] }, -> { File.write(path, "abc") }],
+        [-> { got << [:readlines, IO.readlines(path)] }, -> { open(path, "w") { |f| f.puts "a", "b" } }],
+        [-> { got << [:timeout, (Timeout.timeout(0.01) { File.open(path) } rescue $!.class)] }],
+      ]
+      rounds.each do |jobs|
+        if ARGV.first == "threads"
+          jobs.map { |job| Thread.new(&job) }.each(&:join)
+        else
+          Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+        end
+      end
+      p Array.new(got.size) { got.pop }
+    end
+  RUBY
+
+  def test_fifos_opened_by_two_fibers
+    ref, st = child("ARGV.replace(%w[threads]); #{FIFO_OPENS}", guard: 40)
+    assert st.success?, ref
+    assert_equal "[[:open, 100000], [:read, \"abc\"], [:readlines, [\"a\\n\", \"b\\n\"]], [:timeout, Timeout::Error]]\n", ref
+    got, st = child(FIFO_OPENS, guard: 40)
+    assert st.success?, got
+    assert_equal ref, got
+  end
 end
