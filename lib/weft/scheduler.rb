@@ -334,12 +334,15 @@ module Weft
   # scheduler as for any pipe. The helper is killed when the fiber's wait
   # ends early (a timeout), which interrupts its open.
   module FifoOpens
+    # Checked first, so that an open outside a fiber of Weft costs one
+    # call: a non-blocking fiber under Weft, then a path (not a descriptor
+    # or a command), then the stat that finds a FIFO.
     def self.fifo?(path)
+      return false if Fiber.blocking? || !Fiber.scheduler.is_a?(Weft::Scheduler)
       return false if path.is_a?(Integer)
 
       path = path.to_path if !path.is_a?(String) && path.respond_to?(:to_path)
-      path.is_a?(String) && !path.start_with?("|") &&
-        Fiber.scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking? && File.pipe?(path)
+      path.is_a?(String) && !path.start_with?("|") && File.pipe?(path)
     rescue StandardError
       false
     end
@@ -355,23 +358,36 @@ module Weft
       thread&.kill
     end
 
-    # File.new, File.open, Kernel#open of a path.
+    # File.new, File.open, Kernel#open of a path. The arguments go on as
+    # they came (ruby2_keywords: no hash made for keywords on the way).
     module Initialize
-      def initialize(path, *rest, **options, &block)
-        return super unless FifoOpens.fifo?(path)
+      ruby2_keywords def initialize(*args, &block)
+        return super unless FifoOpens.fifo?(args[0])
 
-        FifoOpens.on_thread { super(path, *rest, **options, &block) }
+        FifoOpens.on_thread { super }
       end
     end
 
     # IO.read, .binread, .readlines, .write, .binwrite (File's too).
     module Whole
-      %i[read binread readlines write binwrite].each do |name|
-        define_method(name) do |path, *rest, **options|
-          return super(path, *rest, **options) unless FifoOpens.fifo?(path)
+      ruby2_keywords def read(*args, &block)
+        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
+      end
 
-          FifoOpens.on_thread { super(path, *rest, **options) }
-        end
+      ruby2_keywords def binread(*args, &block)
+        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
+      end
+
+      ruby2_keywords def readlines(*args, &block)
+        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
+      end
+
+      ruby2_keywords def write(*args, &block)
+        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
+      end
+
+      ruby2_keywords def binwrite(*args, &block)
+        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
       end
     end
   end
