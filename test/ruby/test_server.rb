@@ -102,6 +102,27 @@ class TestServer < Minitest::Test
     end
   end
 
+  # A request over a unix socket has REMOTE_ADDR too (the loopback's, as
+  # other Rack servers give); the access log shows no peer.
+  def test_remote_addr_over_a_unix_socket
+    seen = nil
+    app = lambda do |env|
+      seen = env["REMOTE_ADDR"]
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    Dir.mktmpdir("weft-unix") do |dir|
+      path = File.join(dir, "s.sock")
+      with_server(app, bind: "unix:#{path}") do
+        sock = UNIXSocket.new(path)
+        sock.write("GET /u HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        assert_equal 200, read_response(sock).status
+        sock.close
+      end
+    end
+    assert_equal "127.0.0.1", seen
+    assert_match(/\A- - - /, access_logged)
+  end
+
   def test_host_with_port_and_absolute_form
     seen = []
     app = ->(env) { seen << [env["SERVER_NAME"], env["SERVER_PORT"], env["PATH_INFO"]]; [204, {}, []] }

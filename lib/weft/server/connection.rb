@@ -192,7 +192,10 @@ module Weft
         return false unless input
 
         env["rack.input"] = input
-        env["REMOTE_ADDR"] = @remote_addr if @remote_addr
+        # A unix socket's peer has no address: the loopback's, as other
+        # Rack servers give, so that apps and middleware that read it
+        # (loggers, rate limits) find one.
+        env["REMOTE_ADDR"] = @remote_addr || "127.0.0.1"
         env["rack.hijack"] = self
         @env = env
         keep &&= !@closing && number < @config.max_requests && !@server.stopping?
