@@ -108,7 +108,8 @@ int http_parse(http_scan *sc, const char *buf, size_t len,
 /* Case-insensitive comparison of a header name with a C string. */
 int http_name_is(const http_header *h, const char *name);
 
-/* Human-readable reason phrase for a status code ("Bad Request"). */
+/* The reason phrase of a registered status code ("Bad Request"), or
+ * "Unknown". */
 const char *http_reason(int status);
 
 #endif

@@ -14,34 +14,8 @@ module Weft
       CLOSE = "connection: close\r\n"
       KEEP_ALIVE = "connection: keep-alive\r\n"
       CHUNKED = "transfer-encoding: chunked\r\n"
-      # The reason phrases of the status codes RFC 9110 and its companions
-      # register (the parser's own table knows only those it answers with
-      # itself); other codes get the parser's.
-      REASONS = {
-        100 => "Continue", 101 => "Switching Protocols", 102 => "Processing", 103 => "Early Hints",
-        200 => "OK", 201 => "Created", 202 => "Accepted", 203 => "Non-Authoritative Information",
-        204 => "No Content", 205 => "Reset Content", 206 => "Partial Content", 207 => "Multi-Status",
-        208 => "Already Reported", 226 => "IM Used",
-        300 => "Multiple Choices", 301 => "Moved Permanently", 302 => "Found", 303 => "See Other",
-        304 => "Not Modified", 305 => "Use Proxy", 307 => "Temporary Redirect", 308 => "Permanent Redirect",
-        400 => "Bad Request", 401 => "Unauthorized", 402 => "Payment Required", 403 => "Forbidden",
-        404 => "Not Found", 405 => "Method Not Allowed", 406 => "Not Acceptable",
-        407 => "Proxy Authentication Required", 408 => "Request Timeout", 409 => "Conflict", 410 => "Gone",
-        411 => "Length Required", 412 => "Precondition Failed", 413 => "Content Too Large",
-        414 => "URI Too Long", 415 => "Unsupported Media Type", 416 => "Range Not Satisfiable",
-        417 => "Expectation Failed", 421 => "Misdirected Request", 422 => "Unprocessable Content",
-        423 => "Locked", 424 => "Failed Dependency", 425 => "Too Early", 426 => "Upgrade Required",
-        428 => "Precondition Required", 429 => "Too Many Requests", 431 => "Request Header Fields Too Large",
-        451 => "Unavailable For Legal Reasons",
-        500 => "Internal Server Error", 501 => "Not Implemented", 502 => "Bad Gateway",
-        503 => "Service Unavailable", 504 => "Gateway Timeout", 505 => "HTTP Version Not Supported",
-        506 => "Variant Also Negotiates", 507 => "Insufficient Storage", 508 => "Loop Detected",
-        510 => "Not Extended", 511 => "Network Authentication Required"
-      }.freeze
       STATUS_LINES = Hash.new do |h, status|
-        if status.is_a?(Integer)
-          h[status] = "HTTP/1.1 #{status} #{REASONS[status] || Weft::HTTP.reason(status)}\r\n".b.freeze
-        end
+        h[status] = "HTTP/1.1 #{status} #{Weft::HTTP.reason(status)}\r\n".b.freeze if status.is_a?(Integer)
       end
       # Response header names the server acts on, in the spellings apps
       # use; others are looked up again in lower case when their length
@@ -335,7 +309,7 @@ module Weft
         unless framed || code < 200 || code == 204 || code == 304 || (head_only && bytes.zero?)
           head << "content-length: " << bytes.to_s << CRLF
         end
-        keep = false if !no_body && @length && @length != bytes && length_mismatch(env, bytes)
+        keep = close_after_mismatch(env, bytes) if !no_body && @length && @length != bytes
         end_head(head, keep, minor)
         # One write: IO#write with several strings costs Ruby 3.1 under a
         # scheduler one send per string plus a poll between them.
@@ -370,7 +344,7 @@ module Weft
             sent += n
           end
           @log.access(@remote_addr, env, code, size)
-          keep = false if sent < size && length_mismatch(env, sent)
+          keep = close_after_mismatch(env, sent) if sent < size
         end
         keep
       end
@@ -378,11 +352,12 @@ module Weft
       # The app's Content-Length is not the size of the body it gave. The
       # answer goes out as the app framed it, but the connection closes
       # after it: what the client takes for the end of this answer (too
-      # early, or never) must not become the start of the next one. True.
-      def length_mismatch(env, bytes)
+      # early, or never) must not become the start of the next one. Logs
+      # it; returns keep (false).
+      def close_after_mismatch(env, bytes)
         @log.error("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: the app's content-length is #{@length}, " \
                    "its body #{bytes} bytes; closing the connection after the answer")
-        true
+        false
       end
 
       # A body that yields its parts (each): written as they come, framed
@@ -448,7 +423,7 @@ module Weft
           put(LAST_CHUNK)
         end
         @log.access(@remote_addr, env, code, bytes)
-        keep = false if !no_body && @length && @length != bytes && length_mismatch(env, bytes)
+        keep = close_after_mismatch(env, bytes) if !no_body && @length && @length != bytes
         keep
       end
 
