@@ -269,6 +269,7 @@ module Weft
     # UDPSocket#bind(host, port), #connect(host, port), #send(msg, flags,
     # host, port).
     module UDPServices
+      NONE = Object.new.freeze # an argument not given
       def bind(host, service)
         service = ServiceNames.port(service, :DGRAM) if ServiceNames.named?(host, service)
         super
@@ -279,11 +280,13 @@ module Weft
         super
       end
 
-      def send(message, flags, *destination)
-        if destination.size == 2 && ServiceNames.named?(*destination)
-          destination[1] = ServiceNames.port(destination[1], :DGRAM)
-        end
-        super
+      # Optional arguments, not a splat: no Array made on every send.
+      def send(message, flags, host = NONE, service = NONE)
+        return super(message, flags) if NONE.equal?(host)
+        return super(message, flags, host) if NONE.equal?(service)
+
+        service = ServiceNames.port(service, :DGRAM) if ServiceNames.named?(host, service)
+        super(message, flags, host, service)
       end
     end
   end
@@ -370,24 +373,11 @@ module Weft
 
     # IO.read, .binread, .readlines, .write, .binwrite (File's too).
     module Whole
-      ruby2_keywords def read(*args, &block)
-        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
-      end
-
-      ruby2_keywords def binread(*args, &block)
-        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
-      end
-
-      ruby2_keywords def readlines(*args, &block)
-        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
-      end
-
-      ruby2_keywords def write(*args, &block)
-        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
-      end
-
-      ruby2_keywords def binwrite(*args, &block)
-        FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super } : super
+      %i[read binread readlines write binwrite].each do |name|
+        define_method(name) do |*args, &block|
+          FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super(*args, &block) } : super(*args, &block)
+        end
+        ruby2_keywords(name)
       end
     end
   end

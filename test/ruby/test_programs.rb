@@ -434,13 +434,19 @@ class TestPrograms < Minitest::Test
     end
   RUBY
 
-  def test_big_writes_to_a_blocking_pipe_read_by_another_fiber
-    ref, st = child("ARGV.replace(%w[threads]); #{BLOCKING_PIPE}", guard: 40)
+  # Run +program+ on threads (ARGV "threads": the reference, which must
+  # print +expected+) and in fibers: both succeed and print the same.
+  def assert_fibers_print_what_threads_print(program, expected, guard: 40)
+    ref, st = child("ARGV.replace(%w[threads]); #{program}", guard: guard)
     assert st.success?, ref
-    assert_equal "[[:read, true], [:wrote, 300000]]\n", ref
-    got, st = child(BLOCKING_PIPE, guard: 40)
+    assert_equal expected, ref
+    got, st = child(program, guard: guard)
     assert st.success?, got
     assert_equal ref, got
+  end
+
+  def test_big_writes_to_a_blocking_pipe_read_by_another_fiber
+    assert_fibers_print_what_threads_print(BLOCKING_PIPE, "[[:read, true], [:wrote, 300000]]\n")
   end
 
   # Opening a FIFO waits in open(2) until its other end is opened, and
@@ -473,11 +479,9 @@ class TestPrograms < Minitest::Test
   RUBY
 
   def test_fifos_opened_by_two_fibers
-    ref, st = child("ARGV.replace(%w[threads]); #{FIFO_OPENS}", guard: 40)
-    assert st.success?, ref
-    assert_equal "[[:open, 100000], [:read, \"abc\"], [:readlines, [\"a\\n\", \"b\\n\"]], [:timeout, Timeout::Error]]\n", ref
-    got, st = child(FIFO_OPENS, guard: 40)
-    assert st.success?, got
-    assert_equal ref, got
+    assert_fibers_print_what_threads_print(
+      FIFO_OPENS,
+      "[[:open, 100000], [:read, \"abc\"], [:readlines, [\"a\\n\", \"b\\n\"]], [:timeout, Timeout::Error]]\n"
+    )
   end
 end

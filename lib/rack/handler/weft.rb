@@ -7,12 +7,9 @@ require "rack/handler"
 
 module Rack
   module Handler
-    # Weft::Server::RackHandler under the name banners print: Sinatra's
-    # "with backup from Weft" takes the last part of the handler's name.
+    # Weft::Server::RackHandler under the name banners print.
     module Weft
-      def self.run(app, **options, &block) = ::Weft::Server::RackHandler.run(app, **options, &block)
-      def self.shutdown = ::Weft::Server::RackHandler.shutdown
-      def self.valid_options = ::Weft::Server::RackHandler.valid_options
+      extend ::Weft::Server::RackHandler::Delegate
     end
   end
 end

@@ -51,6 +51,16 @@ module Weft
           "MaxConcurrency=N" => "connections served at once per process (default: 1024)",
         }
       end
+
+      # The handler as registered with Rack 2 and with the rackup gem: a
+      # module named Weft in their namespace (Sinatra's banner, "with
+      # backup from Weft", takes the last part of the handler's name) that
+      # extends Delegate, which hands its calls on to this one.
+      module Delegate
+        def run(app, **options, &block) = RackHandler.run(app, **options, &block)
+        def shutdown = RackHandler.shutdown
+        def valid_options = RackHandler.valid_options
+      end
     end
   end
 end
