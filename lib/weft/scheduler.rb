@@ -441,12 +441,20 @@ module Weft
 
     # require_relative resolves @path against the file of its caller,
     # which would be this one if it called super: resolve it here, as Ruby
-    # does (against the caller's real path), and require the result.
+    # does (against the caller's real path), and require the result. Code
+    # evaluated with a file name (a rackup file: Rack::Builder evals
+    # config.ru so) has no real path: Ruby 3.1 then takes the name given
+    # to eval, as given; only an eval without one ("(eval)") has no base.
     def require_relative(path)
-      base = caller_locations(1, 1).first&.absolute_path
-      raise LoadError, "cannot infer basepath" unless base
-
-      require(File.expand_path(path, File.dirname(File.realpath(base))))
+      location = caller_locations(1, 1).first
+      base = location&.absolute_path
+      if base
+        base = File.realpath(base)
+      else
+        base = location&.path
+        raise LoadError, "cannot infer basepath" if base.nil? || base == "(eval)"
+      end
+      require(File.expand_path(path, File.dirname(base)))
     end
   end
   private_constant :LoadExclusive

@@ -118,6 +118,39 @@ class TestPrograms < Minitest::Test
     end
   end
 
+  # A rackup file is code evaluated with its file name (Rack::Builder
+  # evals config.ru so), and a Rails app's config.ru begins with
+  # `require_relative "config/environment"`. With weft loaded on Ruby 3.1
+  # (whose require_relative weft wraps) that raised "cannot infer
+  # basepath": the evaluated code has a path but no real path.
+  REQUIRE_RELATIVE_PROGRAM = <<~'RUBY'
+    require "weft" unless ARGV.first == "plain"
+    eval("require_relative 'config/env'; p ENV_LOADED", TOPLEVEL_BINDING, "app/config.ru", 0)
+    eval("require_relative 'config/other'; p OTHER_LOADED", TOPLEVEL_BINDING, File.expand_path("app/config.ru"), 0)
+    begin
+      eval("require_relative 'config/env'")
+    rescue LoadError => e
+      p e.message
+    end
+    run = ->(&b) { ARGV.first == "plain" ? b.call : Weft.run { Fiber.schedule(&b) } }
+    run.call { eval("require_relative 'config/late'; p LATE_LOADED", TOPLEVEL_BINDING, "app/config.ru", 0) }
+  RUBY
+
+  def test_require_relative_in_code_evaluated_with_a_file_name
+    Dir.mktmpdir do |dir|
+      FileUtils.mkdir_p(File.join(dir, "app/config"))
+      %w[env other late].each do |name|
+        File.write(File.join(dir, "app/config/#{name}.rb"), "#{name.upcase}_LOADED = #{name.inspect}\n")
+      end
+      ref, st = child("ARGV.replace(%w[plain]); #{REQUIRE_RELATIVE_PROGRAM}", dir: dir)
+      assert st.success?, ref
+      assert_equal %("env"\n"other"\n"cannot infer basepath"\n"late"\n), ref, "the reference (no weft)"
+      out, st = child(REQUIRE_RELATIVE_PROGRAM, dir: dir)
+      assert st.success?, out
+      assert_equal ref, out
+    end
+  end
+
   def test_exclusive_runs_no_other_fiber_while_it_waits
     order = []
     weft do |s|
