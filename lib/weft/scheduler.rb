@@ -459,5 +459,20 @@ module Weft
   end
   private_constant :LoadExclusive
 
-  Kernel.prepend(LoadExclusive) if RUBY_VERSION < "3.2"
+  # Kernel.require, Kernel.load and Kernel.require_relative, the module
+  # functions, are methods of their own, not the ones above: code that
+  # calls them so (Rails 6.1's classic autoloader loads each file with
+  # `Kernel.load path`) loaded without Scheduler#exclusive, and a fiber
+  # that waited in the file let others find its constant half defined.
+  module LoadExclusiveFunctions
+    include LoadExclusive
+
+    public :require, :load, :require_relative
+  end
+  private_constant :LoadExclusiveFunctions
+
+  if RUBY_VERSION < "3.2"
+    Kernel.prepend(LoadExclusive)
+    Kernel.singleton_class.prepend(LoadExclusiveFunctions)
+  end
 end

@@ -181,6 +181,35 @@ class TestPrograms < Minitest::Test
     assert_equal :from_another_fiber, got
   end
 
+  # Kernel.require and Kernel.load, called on Kernel (Rails 6.1's classic
+  # autoloader loads every file with `Kernel.load path`), are methods of
+  # their own. A file that defines its module, then waits (a sleep, a file
+  # read) before defining the module's methods: another fiber that
+  # requires it or looks it up meanwhile must find it whole. A second
+  # require waits for the first; a load has no such lock, and on Ruby 3.1
+  # (where weft runs every load under Scheduler#exclusive) Kernel.load ran
+  # without it: the other fiber found the module without its method (a
+  # Rails 6.1 app's first concurrent requests: 500s, NoMethodError).
+  def test_kernel_require_and_load_called_on_kernel_are_whole_to_other_fibers
+    Dir.mktmpdir do |dir|
+      calls = { require: :require, load: (:load if RUBY_VERSION < "3.2") }.compact
+      calls.each do |call, method|
+        name = "HalfDefined#{call.capitalize}"
+        path = File.join(dir, "#{call}_half.rb")
+        File.write(path, "module #{name}\n  sleep 0.01\n  def self.k = 42\nend\n")
+        seen = nil
+        weft do
+          Fiber.schedule { Kernel.public_send(method, path) }
+          Fiber.schedule do
+            Kernel.require(path) if call == :require
+            seen = Object.const_defined?(name) && Object.const_get(name).respond_to?(:k) ? :whole : :half
+          end
+        end
+        assert_equal :whole, seen, "Kernel.#{method}"
+      end
+    end
+  end
+
   # A fiber-per-connection server whose first requests die (an app that
   # raises, as one hit by a missing constant does): every later request is
   # answered, and once idle the process sleeps.
