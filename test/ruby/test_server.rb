@@ -34,6 +34,29 @@ class TestServer < Minitest::Test
     assert_match(%r{"GET / HTTP/1.1" 200 13\n\z}, access_logged)
   end
 
+  # The access log and the error log name the request as received. Rails'
+  # error pages (ShowExceptions) rewrite the env before they answer: a
+  # "POST /orders?x=1" that fails becomes "GET /404" there, and the logs
+  # used to say so, losing which request had failed.
+  def test_logs_name_the_request_as_received_when_the_app_rewrites_the_env
+    app = lambda do |env|
+      env["REQUEST_METHOD"] = "GET"
+      env["PATH_INFO"] = "/404"
+      env["QUERY_STRING"] = ""
+      raise "kaboom" if env["HTTP_X_RAISE"]
+
+      [404, { "content-type" => "text/plain" }, ["not found"]]
+    end
+    with_server(app) do |port|
+      assert_equal 404, request(port, "POST /orders?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n").status
+      assert_equal 500, request(port, "PUT /items/7 HTTP/1.1\r\nHost: t\r\nX-Raise: 1\r\nContent-Length: 0\r\n\r\n").status
+    end
+    lines = access_logged.lines
+    assert_match(%r{"POST /orders\?x=1 HTTP/1.1" 404 9\n\z}, lines[0])
+    assert_match(%r{"PUT /items/7 HTTP/1.1" 500 21\n\z}, lines[1])
+    assert_match(%r{ERROR PUT /items/7: RuntimeError: kaboom}, @errors.string)
+  end
+
   def test_status_lines_carry_the_standard_reason_phrase
     app = ->(env) { [env["PATH_INFO"][1..].to_i, { "content-type" => "text/plain" }, []] }
     with_server(app) do |port|

@@ -198,6 +198,12 @@ module Weft
         env["REMOTE_ADDR"] = @remote_addr || "127.0.0.1"
         env["rack.hijack"] = self
         @env = env
+        # The request as received, for the logs: an app may rewrite the
+        # env's (Rails' error pages make a "POST /x" a "GET /404").
+        @method = env["REQUEST_METHOD"]
+        @path = env["PATH_INFO"]
+        @query = env["QUERY_STRING"]
+        @protocol = env["SERVER_PROTOCOL"]
         keep &&= !@closing && number < @config.max_requests && !@server.stopping?
         keep = respond(env, keep, head_only, minor)
         # Closing with pipelined requests unread would reset the

@@ -36,13 +36,12 @@ module Weft
       end
 
       # host ident user [time] "request line" status bytes
-      def access(remote, env, status, bytes)
+      def access(remote, method, path, query, protocol, status, bytes)
         return unless @access
 
-        query = env["QUERY_STRING"]
-        target = query.nil? || query.empty? ? env["PATH_INFO"] : "#{env["PATH_INFO"]}?#{query}"
-        line = "#{remote || "-"} - - [#{clf_time}] \"#{env["REQUEST_METHOD"]} #{target} " \
-               "#{env["SERVER_PROTOCOL"]}\" #{status} #{bytes.zero? ? "-" : bytes}\n"
+        target = query.nil? || query.empty? ? path : "#{path}?#{query}"
+        line = "#{remote || "-"} - - [#{clf_time}] \"#{method} #{target} " \
+               "#{protocol}\" #{status} #{bytes.zero? ? "-" : bytes}\n"
         @access.write(line)
       rescue IOError, SystemCallError
         nil

@@ -79,6 +79,13 @@ module Weft
         @writing = false
       end
 
+      # The access log line of this request: its method, path and query as
+      # received (kept by Connection#serve_one before the app is called;
+      # Rails' error pages rewrite the env's to "GET /404" and the like).
+      def log_access(status, bytes)
+        @log.access(@remote_addr, @method, @path, @query, @protocol, status, bytes)
+      end
+
       # Call the app and answer; true when the connection stays open.
       def respond(env, keep, head_only, minor)
         body = nil
@@ -88,7 +95,7 @@ module Weft
         rescue *FATAL
           raise
         rescue Exception => e # rubocop:disable Lint/RescueException
-          @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}", e)
+          @log.exception("#{@method} #{@path}", e)
           # After a full hijack the socket is the app's: no 500 into it.
           return @hijacked ? false : internal_error(env, keep)
         end
@@ -119,14 +126,14 @@ module Weft
           # A streaming body or hijack callback owned the socket: its
           # errors writing to a client that left are not the app's fault.
           unless error.is_a?(IOError) || error.is_a?(SystemCallError)
-            @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: streaming the response", error)
+            @log.exception("#{@method} #{@path}: streaming the response", error)
           end
           close # nothing else will: the server no longer serves it
           return false
         end
         raise error if @peer_gone
 
-        @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: sending the response", error)
+        @log.exception("#{@method} #{@path}: sending the response", error)
         return internal_error(env, keep) if @writes == writes
 
         false
@@ -137,12 +144,12 @@ module Weft
       rescue *FATAL
         raise
       rescue Exception => e # rubocop:disable Lint/RescueException
-        @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.close", e)
+        @log.exception("#{@method} #{@path}: body.close", e)
       end
 
       def internal_error(env, keep)
         write_head_only(500, ERROR_BODY, keep)
-        @log.access(@remote_addr, env, 500, ERROR_BODY.bytesize)
+        log_access(500, ERROR_BODY.bytesize)
         @server._served
         keep
       end
@@ -173,7 +180,7 @@ module Weft
         if hijack
           end_head(head, false, minor)
           put(head)
-          @log.access(@remote_addr, env, code, 0)
+          log_access(code, 0)
           @hijacked = true
           hijack.call(@sock)
           return false
@@ -191,7 +198,7 @@ module Weft
           raise Invalid, "the body (#{body.class}) responds to none of each, to_ary, to_path, call"
         end
       rescue Invalid => e
-        @log.error("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: invalid response from the app: #{e.message}")
+        @log.error("#{@method} #{@path}: invalid response from the app: #{e.message}")
         internal_error(env, keep)
       end
 
@@ -322,7 +329,7 @@ module Weft
           put(head)
           parts.each { |p| put(p) }
         end
-        @log.access(@remote_addr, env, code, no_body ? 0 : bytes)
+        log_access(code, no_body ? 0 : bytes)
         keep
       end
 
@@ -343,7 +350,7 @@ module Weft
 
             sent += n
           end
-          @log.access(@remote_addr, env, code, size)
+          log_access(code, size)
           keep = close_after_mismatch(env, sent) if sent < size
         end
         keep
@@ -355,7 +362,7 @@ module Weft
       # early, or never) must not become the start of the next one. Logs
       # it; returns keep (false).
       def close_after_mismatch(env, bytes)
-        @log.error("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: the app's content-length is #{@length}, " \
+        @log.error("#{@method} #{@path}: the app's content-length is #{@length}, " \
                    "its body #{bytes} bytes; closing the connection after the answer")
         false
       end
@@ -379,7 +386,7 @@ module Weft
           # not iterated (only closed): no work for parts never sent, and
           # Rack::Lint takes parts yielded for a HEAD for an app error.
           put(head)
-          @log.access(@remote_addr, env, code, 0)
+          log_access(code, 0)
           return keep
         end
         pending = head
@@ -408,12 +415,12 @@ module Weft
           raise if pending && e.is_a?(Invalid) # nothing sent: answer 500
 
           if pending
-            @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.each", e)
+            @log.exception("#{@method} #{@path}: body.each", e)
             return internal_error(env, keep)
           end
           # The head is out: all we can do is end the connection, so the
           # client sees a truncated (never a complete-looking) answer.
-          @log.exception("#{env["REQUEST_METHOD"]} #{env["PATH_INFO"]}: body.each after the head was sent", e)
+          @log.exception("#{@method} #{@path}: body.each after the head was sent", e)
           return false
         end
         if pending
@@ -422,7 +429,7 @@ module Weft
         elsif chunk
           put(LAST_CHUNK)
         end
-        @log.access(@remote_addr, env, code, bytes)
+        log_access(code, bytes)
         keep = close_after_mismatch(env, bytes) if !no_body && @length && @length != bytes
         keep
       end
@@ -432,7 +439,7 @@ module Weft
       def send_stream(env, head, code, body, length, no_body, minor)
         end_head(head, false, minor)
         put(head)
-        @log.access(@remote_addr, env, code, length || 0)
+        log_access(code, length || 0)
         return false if no_body
 
         @hijacked = true
