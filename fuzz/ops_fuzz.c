@@ -5,7 +5,8 @@
  *
  * Input: byte 0 configures the run (2..5 worker fibers, the buffered
  * channel's capacity, the semaphore's permits, which workers start at
- * once); then two bytes per instruction: [worker:3 | op:5] [arg]. Each
+ * once, whether the run is slow: then byte 1 picks the call to stall, see
+ * stall_past); then two bytes per instruction: [worker:3 | op:5] [arg]. Each
  * worker runs its own instructions in order; a worker not started by the
  * driver or by a SPAWN instruction is started after the program's last
  * deadline, so every instruction runs. Ops: yield, sleep, spawn, join,
@@ -20,7 +21,9 @@
  * from the run's start (0 = try once, T0+1, +2, +4 ms), never "now plus",
  * so timers fire in an order fixed by the program; only a run whose CPU
  * work between two grid points exceeds a millisecond can see a deadline
- * already passed. Nothing waits past the last grid point: every run ends.
+ * already passed, and the oracles allow for it (expired_since). A slow
+ * run makes that happen on purpose at one call. Nothing waits past the
+ * last grid point: every run ends.
  *
  * Oracles, checked as the program runs:
  *   - precedence: a blocking call made by a cancelled fiber returns
@@ -63,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NW 5         /* workers at most                        */
@@ -108,6 +112,7 @@ typedef struct derived {
 static struct run {
     int64_t t0;
     int nw;
+    int slow, calls;   /* a slow run: stall before call number slow */
     insn prog[NW][MAXI];
     int plen[NW];
     /* fibers */
@@ -268,6 +273,14 @@ static int prechecked(pre p, long rc, const char *what)
         return 1;
     }
     return 0;
+}
+
+/* The scope's deadline passed after before() looked and before the call's
+ * own precheck did (a slow or preempted run: the grid is 1 ms), so the call
+ * rightly said -ETIMEDOUT where the state alone would give another error. */
+static int expired_since(pre p, long rc)
+{
+    return rc == -ETIMEDOUT && p.scope != WEFT_FOREVER && weft_now() >= p.scope;
 }
 
 static int waited_out(long rc)
@@ -498,11 +511,29 @@ static void took_mutex(int w, const char *how)
     R.mu_owner = w;
 }
 
+/* A slow run (bit 7 of byte 0; byte 1 then says which call, K) stalls the
+ * thread before the K-th call the workers make, after the oracle has
+ * looked at the state, until just past the deadline the call will have
+ * (its own or its scope's), as a slow or preempted machine may: the
+ * oracles must hold when a deadline passes in between. */
+static void stall_past(int64_t dl)
+{
+    if (!R.slow || ++R.calls != R.slow)
+        return;
+    int64_t now = weft_now();
+    if (dl <= now || dl == WEFT_FOREVER)
+        return;
+    int64_t ns = dl - now + 20 * WEFT_US;
+    struct timespec ts = {(time_t)(ns / WEFT_SEC), (long)(ns % WEFT_SEC)};
+    nanosleep(&ts, NULL);
+}
+
 static void exec(int w, insn in)
 {
     int a = in.arg;
     int64_t dl = grid(a);
     pre p = before(w);
+    stall_past(dl == 0 ? p.scope : until(p, dl));
     long rc = 0;
     switch (in.op % OP_COUNT) {
     case OP_YIELD:
@@ -543,7 +574,9 @@ static void exec(int w, insn in)
             break;
         if (!was_joined && !was_detached && j != w && R.spawned[j])
             woken_by("join", "the fiber finished", rc, R.finished_at[j], until(p, dl));
-        if (rc == 0) {
+        if (expired_since(p, rc)) {
+            ;
+        } else if (rc == 0) {
             EXPECT(R.spawned[j] && !was_joined && !was_detached && j != w,
                    "join of worker %d succeeded (spawned %d joined %d detached %d)",
                    j, R.spawned[j], was_joined, was_detached);
@@ -610,7 +643,7 @@ static void exec(int w, insn in)
     }
     case OP_LOCK:
         rc = weft_mutex_lock(&R.mu, dl);
-        if (ended(p, "lock", rc, dl, 0))
+        if (ended(p, "lock", rc, dl, 0) || expired_since(p, rc))
             break;
         if (R.mu_owner == w)
             EXPECT(rc == -EDEADLK, "relock -> %ld", rc);
@@ -640,7 +673,7 @@ static void exec(int w, insn in)
         if (R.mu_owner != w) {
             rc = weft_cond_wait(&R.cv, &R.mu, dl);
             EXPECT(rc == -EPERM || (rc == -ECANCELED && p.cancelled) ||
-                   (rc == -ETIMEDOUT && p.expired),
+                   (rc == -ETIMEDOUT && p.expired) || expired_since(p, rc),
                    "cond_wait without the mutex -> %ld", rc);
             break;
         }
@@ -1053,7 +1086,12 @@ static void setup(const uint8_t *data, size_t size)
     R.nw = 2 + (cfg & 3);
     if (R.nw > NW)
         R.nw = NW;
-    for (size_t i = 1; i + 1 < size; i += 2) {
+    size_t start = 1;
+    if ((cfg & 0x80) && size > 1) {
+        R.slow = 1 + data[1];
+        start = 2;
+    }
+    for (size_t i = start; i + 1 < size; i += 2) {
         int w = (data[i] >> 5) % R.nw;
         if (R.plen[w] < MAXI)
             R.prog[w][R.plen[w]++] = (insn){(uint8_t)(data[i] & 31), data[i + 1]};
