@@ -5,18 +5,27 @@
 # after it runs.
 #   1. the seed corpus (fuzz/corpus/ops) replayed on every backend: epoll,
 #      poll and io_uring where the kernel allows it;
-#   2. 60 s of fuzzing on one backend (io_uring here, else epoll;
-#      WEFT_FUZZ_SECS and WEFT_FUZZ_BACKEND override). New inputs go to a
-#      scratch directory, not the repository.
-# A failing input is kept as build/fuzz/ops-crash-*; replay it with
-# `build/fuzz/ops_fuzz FILE` (fuzz/README.md).
+#   2. fuzzing on one backend (io_uring here, else epoll): 15,000 programs
+#      (about a minute) mutated from a fixed seed, so that every run of the
+#      suite tries the same programs and a failure here is one a rerun
+#      shows again, not a find of the day. WEFT_FUZZ_RUNS and
+#      WEFT_FUZZ_SEED change them; WEFT_FUZZ_SECS=N fuzzes N seconds from
+#      a random seed instead (exploring: fuzz/README.md has longer runs);
+#      WEFT_FUZZ_BACKEND picks the backend. New inputs go to a scratch
+#      directory, not the repository.
+# A failing input is kept as build/fuzz/ops-crash-* and printed as base64
+# with the oracle's message; replay it with `build/fuzz/ops_fuzz FILE`.
 # Prints "[fuzz_ops] N passed, N failed"; appends "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
 suite=fuzz_ops; tally_skip='^#|NEW_FUNC|Uses:'; tally_lines=40; . scripts/tally.sh
 tmp=$(mktemp -d /tmp/weft-fuzz-ops.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-secs=${WEFT_FUZZ_SECS:-60}
+if [ -n "${WEFT_FUZZ_SECS:-}" ]; then
+  budget=(-max_total_time="$WEFT_FUZZ_SECS"); what="${WEFT_FUZZ_SECS} s"
+else
+  budget=(-runs="${WEFT_FUZZ_RUNS:-15000}" -seed="${WEFT_FUZZ_SEED:-1}"); what="seed ${WEFT_FUZZ_SEED:-1}"
+fi
 bin=build/fuzz/ops_fuzz
 
 # Build: the fuzzer with the library's sources, as the Ruby extension is
@@ -55,7 +64,8 @@ for b in "${backends[@]}"; do
        fuzz/corpus/ops >"$tmp/seeds.$b.log" 2>&1; then
     ok "ops_fuzz [$b]: the $nseeds corpus programs run clean"
   else
-    bad "ops_fuzz [$b]: a corpus program fails (kept in build/fuzz/)" "$tmp/seeds.$b.log"
+    fuzz_summary "$tmp/seeds.$b.log" "$tmp/$b"-* >"$tmp/summary"
+    bad "ops_fuzz [$b]: a corpus program fails (kept in build/fuzz/)" "$tmp/summary"
     keep "$b"
   fi
 done
@@ -63,14 +73,15 @@ done
 # 2. Fuzzing on one backend.
 fb=${WEFT_FUZZ_BACKEND:-${backends[0]}}
 mkdir -p "$tmp/corpus"
-if WEFT_BACKEND=$fb "$bin" -max_total_time="$secs" -timeout=30 -max_len=1024 \
+if WEFT_BACKEND=$fb "$bin" "${budget[@]}" -timeout=30 -max_len=1024 \
      -rss_limit_mb=2048 -artifact_prefix="$tmp/$fb-" -print_final_stats=1 \
      "$tmp/corpus" fuzz/corpus/ops >"$tmp/fuzz.log" 2>&1; then
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/fuzz.log")
   cov=$(grep -o 'cov: [0-9]*' "$tmp/fuzz.log" | tail -n 1)
-  ok "ops_fuzz [$fb]: ${secs} s, ${runs:-?} programs, ${cov:-cov: ?} edges, no failure"
+  ok "ops_fuzz [$fb]: ${what}, ${runs:-?} programs, ${cov:-cov: ?} edges, no failure"
 else
-  bad "ops_fuzz [$fb]: a program failed (input kept in build/fuzz/)" "$tmp/fuzz.log"
+  fuzz_summary "$tmp/fuzz.log" "$tmp/$fb"-* >"$tmp/summary"
+  bad "ops_fuzz [$fb]: a program failed (input kept in build/fuzz/)" "$tmp/summary"
   keep "$fb"
 fi
 finish

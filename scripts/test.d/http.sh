@@ -1,33 +1,39 @@
 #!/usr/bin/env bash
 # http.sh — the HTTP example's suites that are not test/c/t_*.c programs:
-#   1. a libFuzzer run of the request parser (60 s; WEFT_FUZZ_SECS overrides);
+#   1. a libFuzzer run of the request parser: 5,000,000 inputs (under a
+#      minute) mutated from a fixed seed, so every run of the suite tries
+#      the same ones (WEFT_FUZZ_RUNS, WEFT_FUZZ_SEED; WEFT_FUZZ_SECS=N
+#      explores N seconds from a random seed instead);
 #   2. the http_server program as a process: 2 threads, load from http_load
 #      with zero errors, then SIGTERM ends it cleanly.
 # Prints "[http] N passed, N failed" and appends "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "  ok    $1"; }
-bad() { fail=$((fail+1)); echo "  FAIL  $1"; [ -n "${2:-}" ] && sed 's/^/        | /' "$2" | tail -n 20; }
+suite=http; tally_lines=40; . scripts/tally.sh
 tmp=$(mktemp -d /tmp/weft-http-test.XXXXXX)
 srv=""
 cleanup() { [ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 # 1. Fuzzing. New corpus entries go to the scratch directory, not the repo.
-secs=${WEFT_FUZZ_SECS:-60}
+if [ -n "${WEFT_FUZZ_SECS:-}" ]; then
+  budget=(-max_total_time="$WEFT_FUZZ_SECS"); what="${WEFT_FUZZ_SECS} s"
+else
+  budget=(-runs="${WEFT_FUZZ_RUNS:-5000000}" -seed="${WEFT_FUZZ_SEED:-1}"); what="seed ${WEFT_FUZZ_SEED:-1}"
+fi
 mkdir -p build/fuzz "$tmp/corpus"
 if clang -std=gnu11 -g -O1 -Wall -Wextra -Werror \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
      -Icontrib fuzz/http_parse_fuzz.c contrib/http/http_parse.c \
      -o build/fuzz/http_parse_fuzz >"$tmp/fuzz-build.log" 2>&1; then
-  if build/fuzz/http_parse_fuzz -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+  if build/fuzz/http_parse_fuzz "${budget[@]}" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="$tmp/" -print_final_stats=1 \
        "$tmp/corpus" fuzz/corpus/http_parse >"$tmp/fuzz.log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/fuzz.log")
-    ok "http_parse_fuzz: ${secs} s, ${runs:-?} inputs, no failure"
+    ok "http_parse_fuzz: ${what}, ${runs:-?} inputs, no failure"
   else
-    bad "http_parse_fuzz (crash input kept in build/fuzz/)" "$tmp/fuzz.log"
+    fuzz_summary "$tmp/fuzz.log" "$tmp"/crash-* "$tmp"/leak-* "$tmp"/timeout-* >"$tmp/summary"
+    bad "http_parse_fuzz (crash input kept in build/fuzz/)" "$tmp/summary"
     cp "$tmp"/crash-* "$tmp"/leak-* "$tmp"/timeout-* build/fuzz/ 2>/dev/null
   fi
 else
@@ -63,6 +69,4 @@ else
   bad "http_server / http_load not built (make all)"
 fi
 
-[ -n "${WEFT_TEST_TALLY:-}" ] && echo "$pass $fail" >> "$WEFT_TEST_TALLY"
-echo "[http] $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
