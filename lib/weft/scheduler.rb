@@ -422,57 +422,71 @@ module Weft
   # not let the others run: each load runs under Scheduler#exclusive, and
   # the event loop runs on the loading fiber until the load is done. Ruby
   # >= 3.2 tracks loads per fiber, so this is 3.1 only.
+  #
+  # Kernel#require, #load and #require_relative are wrapped in Kernel
+  # itself (alias and redefine), and so are the module functions
+  # Kernel.require, Kernel.load and Kernel.require_relative, which are
+  # methods of their own (Rails 6.1's classic autoloader loads each file
+  # with `Kernel.load path`). Not by a prepended module: libraries that
+  # wrap require themselves after weft is loaded (Zeitwerk, Bootsnap)
+  # alias and redefine Kernel#require, and Ruby 3.1's `super` from a
+  # module prepended to Kernel keeps calling the method Kernel had when it
+  # was first called (RubyGems'): Zeitwerk's require was never run, so
+  # its namespaces of a directory alone raised LoadError and its
+  # callbacks after a file's autoload were lost. Wrapped in place, each
+  # later wrapper calls this one, which calls the one before it.
   module LoadExclusive
-    private
+    # Wrap +owner+'s require, load and require_relative (Kernel's, made
+    # private; or Kernel's singleton class's, public).
+    def self.install(owner, visibility)
+      owner.class_eval do
+        alias_method :__weft_plain_require, :require
+        alias_method :__weft_plain_load, :load
+        # (kept, unused: redefining it would warn under -w otherwise)
+        alias_method :__weft_plain_require_relative, :require_relative
+        private :__weft_plain_require, :__weft_plain_load, :__weft_plain_require_relative
 
-    def require(path)
-      scheduler = Fiber.scheduler
-      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+        def require(path)
+          scheduler = Fiber.scheduler
+          return __weft_plain_require(path) unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
 
-      scheduler.exclusive { super }
-    end
+          scheduler.exclusive { __weft_plain_require(path) }
+        end
 
-    def load(path, wrap = false)
-      scheduler = Fiber.scheduler
-      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+        def load(path, wrap = false)
+          scheduler = Fiber.scheduler
+          return __weft_plain_load(path, wrap) unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
 
-      scheduler.exclusive { super }
-    end
+          scheduler.exclusive { __weft_plain_load(path, wrap) }
+        end
 
-    # require_relative resolves @path against the file of its caller,
-    # which would be this one if it called super: resolve it here, as Ruby
-    # does (against the caller's real path), and require the result. Code
-    # evaluated with a file name (a rackup file: Rack::Builder evals
-    # config.ru so) has no real path: Ruby 3.1 then takes the name given
-    # to eval, as given; only an eval without one ("(eval)") has no base.
-    def require_relative(path)
-      location = caller_locations(1, 1).first
-      base = location&.absolute_path
-      if base
-        base = File.realpath(base)
-      else
-        base = location&.path
-        raise LoadError, "cannot infer basepath" if base.nil? || base == "(eval)"
+        # require_relative resolves @path against the file of its caller,
+        # which would be this one if it called Ruby's: resolve it here, as
+        # Ruby does (against the caller's real path), and require the
+        # result. Code evaluated with a file name (a rackup file:
+        # Rack::Builder evals config.ru so) has no real path: Ruby 3.1
+        # then takes the name given to eval, as given; only an eval
+        # without one ("(eval)") has no base.
+        def require_relative(path)
+          location = caller_locations(1, 1).first
+          base = location&.absolute_path
+          if base
+            base = File.realpath(base)
+          else
+            base = location&.path
+            raise LoadError, "cannot infer basepath" if base.nil? || base == "(eval)"
+          end
+          require(File.expand_path(path, File.dirname(base)))
+        end
+
+        send(visibility, :require, :load, :require_relative)
       end
-      require(File.expand_path(path, File.dirname(base)))
     end
   end
   private_constant :LoadExclusive
 
-  # Kernel.require, Kernel.load and Kernel.require_relative, the module
-  # functions, are methods of their own, not the ones above: code that
-  # calls them so (Rails 6.1's classic autoloader loads each file with
-  # `Kernel.load path`) loaded without Scheduler#exclusive, and a fiber
-  # that waited in the file let others find its constant half defined.
-  module LoadExclusiveFunctions
-    include LoadExclusive
-
-    public :require, :load, :require_relative
-  end
-  private_constant :LoadExclusiveFunctions
-
-  if RUBY_VERSION < "3.2"
-    Kernel.prepend(LoadExclusive)
-    Kernel.singleton_class.prepend(LoadExclusiveFunctions)
+  if RUBY_VERSION < "3.2" && !Kernel.private_method_defined?(:__weft_plain_require)
+    LoadExclusive.install(Kernel, :private)
+    LoadExclusive.install(Kernel.singleton_class, :public)
   end
 end

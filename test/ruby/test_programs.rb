@@ -151,6 +151,53 @@ class TestPrograms < Minitest::Test
     end
   end
 
+  # A library that wraps Kernel#require after weft is loaded, as Zeitwerk
+  # (Rails' autoloader) and Bootsnap do: alias the current method and
+  # define a new one, which handles some paths itself (Zeitwerk: the
+  # autoload of a namespace that is a directory alone) and sees every
+  # other. Its wrapper must run for the requires and autoloads of
+  # fibers. On Ruby 3.1 weft's wrapper was a module prepended to Kernel,
+  # whose `super` went on calling RubyGems' require (Ruby 3.1 keeps the
+  # method `super` found first): the library's was skipped, and a Rails
+  # app's `Admin::UsersController` (app/controllers/admin/) raised
+  # LoadError "cannot load such file -- .../app/controllers/admin".
+  WRAPPED_REQUIRE_PROGRAM = <<~'RUBY'
+    require "weft" unless ARGV.first == "plain"
+    require "set" # a require before the library's wrapper
+    $seen = []
+    module Kernel
+      alias_method :lib_original_require, :require
+      def require(path)
+        $seen << File.basename(path.to_s)
+        return (Object.const_set(:Namespace, Module.new); true) if path == "/virtual/namespace"
+
+        lib_original_require(path)
+      end
+      private :require
+    end
+    File.write("thing.rb", "module Thing; end\n")
+    autoload :Namespace, "/virtual/namespace"
+    autoload :Thing, File.expand_path("thing.rb")
+    run = ->(&b) { ARGV.first == "plain" ? b.call : Weft.run { Fiber.schedule(&b) } }
+    run.call do
+      p Namespace.class, Thing.class, require("English")
+    rescue LoadError => e
+      p e.class
+    end
+    p $seen
+  RUBY
+
+  def test_a_require_wrapped_after_weft_is_loaded_runs_in_fibers
+    Dir.mktmpdir do |dir|
+      ref, st = child("ARGV.replace(%w[plain]); #{WRAPPED_REQUIRE_PROGRAM}", dir: dir)
+      assert st.success?, ref
+      assert_equal %(Module\nModule\ntrue\n["namespace", "thing.rb", "English"]\n), ref, "the reference (no weft)"
+      out, st = child(WRAPPED_REQUIRE_PROGRAM, dir: dir)
+      assert st.success?, out
+      assert_equal ref, out
+    end
+  end
+
   def test_exclusive_runs_no_other_fiber_while_it_waits
     order = []
     weft do |s|
