@@ -227,6 +227,16 @@ static int64_t bounded(int64_t d)
     return d == WEFT_FOREVER || s < d ? s : d;
 }
 
+/* What the last race on this thread started, for the tests to check the
+ * order and the reason without timing it: the family of each attempt in
+ * the order started, and a bit per attempt that started because the
+ * stagger time came (not first, nor because every running one failed). */
+#define DIAL_TRACE 8
+extern _Thread_local unsigned weft__dial_started, weft__dial_staggered;
+extern _Thread_local int weft__dial_family[DIAL_TRACE];
+_Thread_local unsigned weft__dial_started, weft__dial_staggered;
+_Thread_local int weft__dial_family[DIAL_TRACE];
+
 static int race_dial(const struct addrinfo *const *order, size_t n,
                      int64_t deadline)
 {
@@ -246,11 +256,18 @@ static int race_dial(const struct addrinfo *const *order, size_t n,
     }
     size_t next = 0;
     int64_t next_at = 0;
+    weft__dial_started = weft__dial_staggered = 0;
     while (rc == 0 && r->winner < 0) {
         int64_t now = weft_now();
         if (next < n && (r->running == 0 || now >= next_at)) {
+            bool staggered = r->running > 0;
             if ((rc = race_start(r, order[next], next, deadline)) < 0)
                 break;
+            if (next < DIAL_TRACE) {
+                weft__dial_family[next] = order[next]->ai_family;
+                weft__dial_staggered |= (unsigned)staggered << next;
+                weft__dial_started = (unsigned)next + 1;
+            }
             next++;
             next_at = now + STAGGER_NS;
             continue;
