@@ -65,12 +65,17 @@ module Weft
     # The SSLContext of +listener+ (an ssl:// bind), or nil.
     def tls_context(listener)
       i = open_listeners.index(listener)
-      i && @config.tls_contexts[i]
+      i && (@listener_tls || @config.tls_contexts)[i]
     end
 
-    # Open the listeners now (run does it otherwise) and return them.
+    # Open the listeners now (run does it otherwise) and return them. (A
+    # bind may give several: localhost's, one per loopback address.)
     def open_listeners
-      @listeners ||= Binder.open(@config.bind, backlog: @config.backlog)
+      @listeners ||= begin
+        groups = Binder.open_each(@config.bind, backlog: @config.backlog)
+        @listener_tls = groups.each_with_index.flat_map { |g, i| [@config.tls_contexts[i]] * g.size }
+        groups.flatten
+      end
     end
 
     # Serve until #stop. With workers, the cluster's master runs here.

@@ -125,6 +125,26 @@ class TestServer < Minitest::Test
     end
   end
 
+  # tcp://localhost:PORT (`rails server`'s bind in development) listens on
+  # every loopback address, as Puma does: a client that resolves
+  # localhost to ::1 used to be refused (only 127.0.0.1 was bound).
+  def test_localhost_binds_every_loopback_address
+    ipv6 = Socket.ip_address_list.any?(&:ipv6_loopback?)
+    with_server(PATH, bind: "tcp://localhost:0") do |port, server|
+      addresses = server.listeners.map { |l| l.local_address.ip_address }
+      assert_equal(ipv6 ? ["127.0.0.1", "::1"] : ["127.0.0.1"], addresses)
+      assert_equal [port], server.listeners.map { |l| l.local_address.ip_port }.uniq, "one port for all"
+      assert_equal "GET /v4?", get(port, "/v4").body
+      next unless ipv6
+
+      sock = TCPSocket.new("::1", port)
+      sock.write("GET /v6 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      assert_equal "GET /v6?", read_response(sock).body
+      sock.close
+    end
+    assert_match(%r{serving on tcp://127\.0\.0\.1:\d+#{", tcp://\\[::1\\]:\\d+" if ipv6},}, errors_logged)
+  end
+
   # A request over a unix socket has REMOTE_ADDR too (the loopback's, as
   # other Rack servers give); the access log shows no peer.
   def test_remote_addr_over_a_unix_socket

@@ -28,15 +28,48 @@ module Weft
 
       # Open and listen on every URI; returns the Sockets. On failure the
       # ones already opened are closed and BindError says which bind.
-      def open(uris, backlog: 1024)
+      def open(uris, backlog: 1024) = open_each(uris, backlog: backlog).flatten
+
+      # The same, as one Array of Sockets per URI: tcp://localhost:PORT
+      # listens on every loopback address (127.0.0.1 and ::1), as Puma
+      # does: a client may resolve localhost to either (`rails server`
+      # binds localhost in development).
+      def open_each(uris, backlog: 1024)
         opened = []
-        uris.each do |uri|
-          opened << listen(parse(uri), backlog)
+        uris.map do |uri|
+          spec = parse(uri)
+          socks = spec[0] == :tcp && spec[1] == "localhost" ? listen_loopback(spec[2], backlog) : [listen(spec, backlog)]
+          opened.concat(socks)
+          socks
         rescue SystemCallError, SocketError => e
           close(opened, unlink: true)
           raise BindError, "cannot listen on #{uri}: #{e.message}"
         end
-        opened
+      end
+
+      # Listeners on +port+ of each loopback address, IPv4 first (port 0:
+      # the one the first got, for all). An address the host cannot bind
+      # (IPv6 off) is left out.
+      def listen_loopback(port, backlog)
+        socks = []
+        loopback_addresses.each do |ip|
+          socks << listen([:tcp, ip, port], backlog)
+          port = socks.last.local_address.ip_port
+        rescue Errno::EADDRNOTAVAIL, Errno::EAFNOSUPPORT
+          nil
+        end
+        raise Errno::EADDRNOTAVAIL, "localhost" if socks.empty?
+
+        socks
+      rescue StandardError
+        close(socks)
+        raise
+      end
+
+      def loopback_addresses
+        ips = Socket.ip_address_list.select { |a| a.ipv4_loopback? || a.ipv6_loopback? }
+        ips = ips.sort_by { |a| a.ipv4? ? 0 : 1 }.map(&:ip_address).uniq
+        ips.empty? ? ["127.0.0.1"] : ips
       end
 
       def listen(spec, backlog)
