@@ -7,7 +7,8 @@ module Weft
     OPTIONS = [
       # name, default, command-line flag, help
       [:bind, ["tcp://127.0.0.1:9292"], "-b, --bind URI",
-       "where to listen: tcp://HOST:PORT, unix:PATH or ssl://HOST:PORT[?cert=PATH&key=PATH] (HTTPS); repeat for several"],
+       "where to listen: tcp://HOST:PORT, unix:PATH or ssl://HOST:PORT[?cert=PATH&key=PATH] (HTTPS); repeat for several; " \
+       "HOST localhost: every loopback address (127.0.0.1 and ::1)"],
       [:tls_cert, nil, "--tls-cert PATH",
        "TLS certificate (PEM, chain after it) of ssl:// binds that give no ?cert="],
       [:tls_key, nil, "--tls-key PATH", "TLS private key (PEM) of ssl:// binds that give no &key="],
