@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int pread_offset_encoded, pwrite_offset_encoded;
@@ -52,6 +53,7 @@ struct xfer {
     bool once;          /* a single attempt made as a ring op (see below)   */
     bool ring;          /* every attempt is a ring op                       */
     bool io_tmo;        /* the deadline is the IO's own timeout (IO#timeout) */
+    bool small_rest;    /* a file read with under FILE_OFFLOAD_MIN left     */
     int64_t deadline;   /* when waiting stops (WEFT_FOREVER, 0: never wait) */
     off_t from;         /* the file offset of a positioned transfer         */
     void *base;         /* the buffer's memory, fetched again after a wait  */
@@ -101,6 +103,19 @@ static bool xfer_prepare(struct xfer *x, rsched *s, VALUE io, VALUE buffer,
     x->positioned = op == OP_PREAD || op == OP_PWRITE;
     if (x->positioned && from < 0)
         return false;
+    /* A read of a regular file into a large buffer with less than
+     * FILE_OFFLOAD_MIN bytes of the file left to read is done in place,
+     * as any small read: Ruby reads through a 128 KiB buffer when it
+     * transcodes (Encoding.default_internal set, as Rails sets it, and a
+     * "r:bom|utf-8" open, as YAML.load_file's), and the offload made the
+     * fiber wait, and others run, in the middle of reading a 20 KB file
+     * (a Rails app's first requests each loaded its locale files again). */
+    if (x->is_file && !x->writing && x->size - offset >= FILE_OFFLOAD_MIN) {
+        struct stat st;
+        off_t pos = x->positioned ? from : lseek(x->fd, 0, SEEK_CUR);
+        x->small_rest = pos >= 0 && fstat(x->fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                        st.st_size - pos < FILE_OFFLOAD_MIN;
+    }
     x->ring_op = x->is_sock ? (x->writing ? WEFT__OP_SEND : WEFT__OP_RECV)
                             : (x->writing ? WEFT__OP_WRITE : WEFT__OP_READ);
     x->ev = x->writing ? WEFT_WRITABLE : WEFT_READABLE;
@@ -189,7 +204,7 @@ static enum xstep xfer_ring(struct xfer *x)
 /* Whether the next piece of a regular file goes to the offload pool. */
 static bool xfer_offloads(const struct xfer *x)
 {
-    return x->is_file && x->deadline != 0 && x->size - x->offset >= FILE_OFFLOAD_MIN;
+    return x->is_file && x->deadline != 0 && !x->small_rest && x->size - x->offset >= FILE_OFFLOAD_MIN;
 }
 
 /* One FILE_CHUNK piece of a regular file on the offload pool. */
