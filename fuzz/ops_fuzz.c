@@ -54,8 +54,8 @@
  * handles, timers, waits, descriptor waits, posts or ring ops, and the
  * process has exactly the descriptors it had before the run.
  *
- *   build and run: scripts/test.d/fuzz_ops.sh (make test: 60 s on one
- *   backend); fuzz/README.md for longer runs on every backend.
+ *   build and run: scripts/test.d/fuzz_ops.sh (make test: 15,000 programs
+ *   from a fixed seed on one backend); fuzz/README.md for longer runs.
  */
 #include "weft.h"
 #include "harness.h" /* test/c: h_fd_count() */
