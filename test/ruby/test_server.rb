@@ -57,6 +57,49 @@ class TestServer < Minitest::Test
     assert_match(%r{ERROR PUT /items/7: RuntimeError: kaboom}, @errors.string)
   end
 
+  # rack.after_reply (Puma's) and rack.response_finished (Rack 3.1's): run
+  # after the answer went out and the body was closed, the first in order
+  # with no arguments, the second in reverse order with env, status,
+  # headers and the error; one that raises is logged, the rest still run
+  # and the connection serves its next request.
+  def test_after_reply_and_response_finished_run_once_the_answer_is_out
+    events = []
+    body = Class.new do
+      define_method(:initialize) { |ev| @ev = ev }
+      define_method(:each) { |&b| b.call("ok") }
+      define_method(:close) { @ev << :body_closed }
+    end
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/events"
+        [200, { "content-type" => "text/plain" }, [events.inspect]]
+      when "/raise"
+        env["rack.response_finished"] << ->(_e, st, hd, err) { events << [:finished, st, hd, err&.message] }
+        raise "kaboom"
+      else
+        env["rack.after_reply"] << -> { events << :after1 } << -> { raise "after2 fails" } << -> { events << :after3 }
+        env["rack.response_finished"] << ->(e, st, hd, err) { events << [:finished1, e["PATH_INFO"], st, hd["x-k"], err] }
+        env["rack.response_finished"] << ->(_e, st, _h, _r) { events << [:finished2, st] }
+        [201, { "content-type" => "text/plain", "x-k" => "v" }, body.new(events)]
+      end
+    end
+    with_server(app) do |port|
+      sock = connect(port)
+      sock.write("GET /one HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal 201, read_response(sock).status
+      sock.write("GET /raise HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal 500, read_response(sock).status
+      sock.write("GET /events HTTP/1.1\r\nHost: t\r\n\r\n")
+      got = read_response(sock).body
+      want = [:body_closed, :after1, :after3, [:finished2, 201], [:finished1, "/one", 201, "v", nil],
+              [:finished, nil, nil, "kaboom"]]
+      assert_equal want.inspect, got
+    ensure
+      sock&.close
+    end
+    assert_match(/a response-finished callback: RuntimeError: after2 fails/, errors_logged)
+  end
+
   def test_status_lines_carry_the_standard_reason_phrase
     app = ->(env) { [env["PATH_INFO"][1..].to_i, { "content-type" => "text/plain" }, []] }
     with_server(app) do |port|

@@ -197,6 +197,9 @@ module Weft
         # (loggers, rate limits) find one.
         env["REMOTE_ADDR"] = @remote_addr || "127.0.0.1"
         env["rack.hijack"] = self
+        # Callables run once the answer is out (Response#finished).
+        env["rack.after_reply"] = []
+        env["rack.response_finished"] = []
         @env = env
         # The request as received, for the logs: an app may rewrite the
         # env's (Rails' error pages make a "POST /x" a "GET /404").

@@ -30,6 +30,8 @@ module Weft
       SPECIAL_LENGTHS = SPECIAL.keys.map(&:bytesize).uniq.freeze
       # Exceptions the server lets through instead of answering 500.
       FATAL = [Weft::Stop, NoMemoryError, SignalException, SystemExit].freeze
+      AFTER_REPLY = "rack.after_reply"
+      RESPONSE_FINISHED = "rack.response_finished"
       ERROR_BODY = "Internal Server Error"
       # Bodies up to this size are copied into the head's string and sent
       # with it in one write.
@@ -88,13 +90,14 @@ module Weft
 
       # Call the app and answer; true when the connection stays open.
       def respond(env, keep, head_only, minor)
-        body = nil
+        body = status = headers = error = nil
         @peer_gone = false # set when a write to the client fails
         begin
           status, headers, body = @app_response = @server.app.call(env)
         rescue *FATAL
           raise
         rescue Exception => e # rubocop:disable Lint/RescueException
+          error = e
           @log.exception("#{@method} #{@path}", e)
           # After a full hijack the socket is the app's: no 500 into it.
           return @hijacked ? false : internal_error(env, keep)
@@ -108,12 +111,36 @@ module Weft
         rescue *FATAL
           raise
         rescue Exception => e # rubocop:disable Lint/RescueException
+          error = e
           keep = response_failed(env, e, keep, writes)
         end
         @server._served
         keep
       ensure
         close_body(body, env)
+        finished(env, status, headers, error)
+      end
+
+      # After the answer went out and its body was closed: the callables
+      # the app left in rack.after_reply (Puma's, no arguments, in order)
+      # and rack.response_finished (Rack 3.1's: env, status, headers and
+      # the error that ended the request, or nil; in reverse order). One
+      # that raises is logged and the others still run.
+      def finished(env, status, headers, error)
+        after = env[AFTER_REPLY]
+        after.each { |c| finished_call(c) } if after.is_a?(Array) && !after.empty?
+        done = env[RESPONSE_FINISHED]
+        return unless done.is_a?(Array) && !done.empty?
+
+        done.reverse_each { |c| finished_call(c, env, status, headers, error) }
+      end
+
+      def finished_call(callable, *args)
+        callable.call(*args)
+      rescue *FATAL
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        @log.exception("#{@method} #{@path}: a response-finished callback", e)
       end
 
       # The app's response raised while it was being sent (headers#each,
