@@ -8,7 +8,7 @@
 # backend:
 #   - every request of every client is answered (the servers keep serving
 #     the connections they have and back off on EMFILE instead of dying or
-#     spinning; the residents are answered within 2 s throughout);
+#     spinning; every resident is answered while the flood goes on);
 #   - the limit was really reached (the server's descriptor count peaked at
 #     the limit);
 #   - the server's own count of connections and responses equals the

@@ -5,7 +5,7 @@
  *
  *   tool_http_flood --port P [--host 127.0.0.1] [--clients 1000]
  *                   [--residents 50] [--recovery 200] [--timeout-s 60]
- *                   [--hold-ms 200] [--max-resident-ms 2000]
+ *                   [--hold-ms 200]
  *
  * Three phases, one fiber per connection, all on one weft loop:
  *   residents  R keep-alive connections opened first; each sends a request
@@ -24,8 +24,10 @@
  * Prints one line per phase and a last line
  *   "connections N requests Q errors E"
  * (N and Q are what the server must report as accepted and answered); exit
- * status 0 only with zero errors and every resident answered within
- * --max-resident-ms.
+ * status 0 only with zero errors and every resident answered at least once
+ * while the flood went on (a server that stopped serving what it had until
+ * the flood was over fails; how fast it answered is printed, not judged:
+ * a loaded machine may be slow).
  */
 #include "weft.h"
 
@@ -40,14 +42,15 @@
 
 static const char *host = "127.0.0.1";
 static int port, nclients = 1000, nresidents = 50, nrecovery = 200;
-static int64_t timeout_ns = 60 * SEC, max_resident_ns = 2 * SEC, hold_ns = 200 * MS;
+static int64_t timeout_ns = 60 * SEC, hold_ns = 200 * MS;
 
 static const char REQ[] = "GET / HTTP/1.1\r\nHost: flood\r\n\r\n";
 static const char BODY[] = "Hello, World!";
 
 static struct {
     long connections, requests, errors;
-    long resident_requests;
+    long resident_requests;  /* answered while the flood went on       */
+    int residents_served;    /* residents with one of those at least   */
     int64_t resident_max_ns;
     int flood_done;          /* residents stop once the flood is over */
     char first_error[160];
@@ -129,6 +132,7 @@ static void *resident(void *arg)
     int rc = exchange(fd, deadline);
     G.requests += rc == 0;
     weft_waitgroup_done(&wg_phase); /* connected and served once */
+    long during = 0;
     while (rc == 0 && !G.flood_done) {
         weft_sleep(20 * MS);
         int64_t t0 = weft_now();
@@ -136,7 +140,10 @@ static void *resident(void *arg)
         if (rc < 0)
             break;
         G.requests++;
+        if (G.flood_done)
+            break; /* answered, but after the flood */
         G.resident_requests++;
+        G.residents_served += during++ == 0;
         int64_t dt = weft_now() - t0;
         if (dt > G.resident_max_ns)
             G.resident_max_ns = dt;
@@ -205,8 +212,8 @@ static void *run(void *arg)
     for (int i = 0; i < nresidents; i++)
         weft_join(res[i], NULL, WEFT_FOREVER);
     free(res);
-    printf("residents: %ld requests during the flood, slowest %.1f ms\n",
-           G.resident_requests, (double)G.resident_max_ns / MS);
+    printf("residents: %ld requests during the flood, %d of %d residents served, slowest %.1f ms\n",
+           G.resident_requests, G.residents_served, nresidents, (double)G.resident_max_ns / MS);
 
     int64_t t2 = weft_now();
     e0 = G.errors;
@@ -222,7 +229,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: tool_http_flood --port P [--host A] [--clients N] "
                     "[--residents R] [--recovery M] [--timeout-s S] "
-                    "[--hold-ms MS] [--max-resident-ms MS]\n");
+                    "[--hold-ms MS]\n");
     exit(2);
 }
 
@@ -246,8 +253,6 @@ int main(int argc, char **argv)
             timeout_ns = atoll(v) * SEC;
         else if (!strcmp(a, "--hold-ms"))
             hold_ns = atoll(v) * MS;
-        else if (!strcmp(a, "--max-resident-ms"))
-            max_resident_ns = atoll(v) * MS;
         else
             usage();
     }
@@ -275,8 +280,9 @@ int main(int argc, char **argv)
            G.errors);
     if (G.errors)
         printf("first error: %s\n", G.first_error);
-    if (G.resident_max_ns > max_resident_ns)
-        printf("FAIL: a resident connection waited %.1f ms (limit %lld ms)\n",
-               (double)G.resident_max_ns / MS, (long long)(max_resident_ns / MS));
-    return G.errors || G.resident_max_ns > max_resident_ns;
+    int starved = G.residents_served < nresidents;
+    if (starved)
+        printf("FAIL: %d of %d resident connections got no answer while the flood went on\n",
+               nresidents - G.residents_served, nresidents);
+    return G.errors || starved;
 }
