@@ -284,7 +284,9 @@ static VALUE s_io_close(VALUE self, VALUE io)
 
 /* ---- sleep, block, unblock ------------------------------------------------ */
 
-/* kernel_sleep(duration = nil) */
+static ID id_sleep_timed_out;
+
+/* kernel_sleep(duration = nil) -> false when the duration ended it */
 static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
 {
     rb_check_arity(argc, 0, 1);
@@ -297,8 +299,18 @@ static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
         weft__rb_rw_begin(s, &rw, WAIT_SLEEP);
         (void)weft__wait_arm_deadline(&rw.w, deadline);
     }
-    weft__rb_rw_wait(s, &rw, true);
-    return Qtrue;
+    int rc = weft__rb_rw_wait(s, &rw, true);
+    /* Ruby's Mutex#sleep (so ConditionVariable#wait and Monitor's wait)
+     * ignores what this hook returns and reports every sleep as woken.
+     * Weft's Mutex#sleep asks by setting this fiber-local to false before
+     * it sleeps: it is made true when the timeout ended the sleep, and the
+     * sleep returns nil, as on a thread. */
+    if (rc == -ETIMEDOUT && deadline > 0) {
+        VALUE th = rb_thread_current();
+        if (rb_thread_local_aref(th, id_sleep_timed_out) == Qfalse)
+            rb_thread_local_aset(th, id_sleep_timed_out, Qtrue);
+    }
+    return rc == -ETIMEDOUT ? Qfalse : Qtrue;
 }
 
 /* block(blocker, timeout = nil) -> true if unblocked, false on timeout */
@@ -365,6 +377,7 @@ static VALUE s_unblock(VALUE self, VALUE blocker, VALUE fiber)
 void weft__rb_init_wait(VALUE klass)
 {
     rb_gc_register_address(&basic_socket);
+    id_sleep_timed_out = rb_intern("__weft_sleep_timed_out");
     /* IO::TimeoutError (Ruby >= 3.2): what IO#timeout raises */
     eIOTimeout = Qnil;
     if (rb_const_defined(rb_cIO, rb_intern("TimeoutError"))) {

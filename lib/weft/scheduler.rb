@@ -409,6 +409,29 @@ module Weft
   private_constant :MutexSleepRelocks
 
   Thread::Mutex.prepend(MutexSleepRelocks) if RUBY_VERSION < "3.2"
+
+  # Ruby's Mutex#sleep(timeout) returns nil when the timeout passed and the
+  # seconds slept when it was woken; under a scheduler it ignores what the
+  # kernel_sleep hook returns and always gave the seconds, so
+  # ConditionVariable#wait(mutex, timeout) never returned nil and Monitor's
+  # wait(timeout) (MonitorMixin::ConditionVariable#wait) returned true
+  # where a thread gets false. The hook marks a sleep its timeout ended in
+  # the fiber-local set to false here, and the sleep returns nil.
+  module MutexSleepTimesOut
+    def sleep(timeout = nil)
+      return super if timeout.nil?
+
+      fiber = Thread.current
+      fiber[:__weft_sleep_timed_out] = false
+      slept = super
+      fiber[:__weft_sleep_timed_out] ? nil : slept
+    ensure
+      fiber[:__weft_sleep_timed_out] = nil if fiber
+    end
+  end
+  private_constant :MutexSleepTimesOut
+
+  Thread::Mutex.prepend(MutexSleepTimesOut)
 end
 
 module Weft

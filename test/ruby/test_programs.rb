@@ -593,4 +593,47 @@ class TestPrograms < Minitest::Test
       "[[:open, 100000], [:read, \"abc\"], [:readlines, [\"a\\n\", \"b\\n\"]], [:timeout, Timeout::Error]]\n"
     )
   end
+
+  # A wait with a timeout that passes: Mutex#sleep returns nil,
+  # ConditionVariable#wait returns nil and Monitor's wait returns false on
+  # a thread; one that is woken returns the seconds slept (true for
+  # Monitor). Ruby's Mutex#sleep ignores what the scheduler's kernel_sleep
+  # returns, and every timed-out wait in a fiber looked woken.
+  TIMED_WAITS = <<~'RUBY'
+    require "weft"
+    require "monitor"
+    got = Thread::Queue.new
+    m = Thread::Mutex.new
+    cv = Thread::ConditionVariable.new
+    mon = Monitor.new
+    cond = mon.new_cond
+    woken = Thread::Mutex.new
+    wcv = Thread::ConditionVariable.new
+    wmon = Monitor.new
+    wcond = wmon.new_cond
+    waiting = [] # added to with the lock held, so a waiter seen here waits
+    jobs = [
+      -> { m.synchronize { got << [:cv, cv.wait(m, 0.02).inspect, m.owned?] } },
+      -> { m.synchronize { got << [:sleep, m.sleep(Rational(1, 50)).inspect, m.owned?] } },
+      -> { mon.synchronize { got << [:monitor, cond.wait(0.02), mon.mon_owned?] } },
+      -> { woken.synchronize { waiting << :cv; got << [:cv_woken, wcv.wait(woken, 1000).class] } },
+      -> { sleep 0.001 until woken.synchronize { waiting.include?(:cv).tap { |w| wcv.signal if w } } },
+      -> { wmon.synchronize { waiting << :mon; got << [:monitor_woken, wcond.wait(1000)] } },
+      -> { sleep 0.001 until wmon.synchronize { waiting.include?(:mon).tap { |w| wcond.signal if w } } },
+    ]
+    if ARGV.first == "threads"
+      jobs.map { |job| Thread.new(&job) }.each(&:join)
+    else
+      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+    end
+    p Array.new(got.size) { got.pop }.sort
+  RUBY
+
+  def test_timed_waits_that_time_out_return_what_they_return_on_threads
+    assert_fibers_print_what_threads_print(
+      TIMED_WAITS,
+      "[[:cv, \"nil\", true], [:cv_woken, Integer], [:monitor, false, true], " \
+      "[:monitor_woken, true], [:sleep, \"nil\", true]]\n"
+    )
+  end
 end
