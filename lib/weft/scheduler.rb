@@ -179,6 +179,26 @@ module Weft
   end
   private_constant :SysreadWaits
   IO.prepend(SysreadWaits)
+
+  # IO#syswrite likewise: on a thread (Ruby >= 3.3; 3.1's raises
+  # Errno::EAGAIN there too) it waits for room in a full pipe or socket
+  # and writes; under a scheduler Ruby hands it to the io_write hook as
+  # one attempt, the call IO#write_nonblock makes, and a syswrite to a
+  # full pipe raised Errno::EAGAIN. From a non-blocking fiber under Weft
+  # it waits for the IO to become writable and tries again.
+  module SyswriteWaits
+    def syswrite(*arguments)
+      super
+    rescue Errno::EAGAIN
+      scheduler = Fiber.scheduler
+      raise unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.io_wait(self, IO::WRITABLE, nil)
+      retry
+    end
+  end
+  private_constant :SyswriteWaits
+  IO.prepend(SyswriteWaits) if RUBY_VERSION >= "3.3"
 end
 
 module Weft

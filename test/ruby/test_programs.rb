@@ -636,4 +636,29 @@ class TestPrograms < Minitest::Test
       "[:monitor_woken, true], [:sleep, \"nil\", true]]\n"
     )
   end
+
+  # IO#syswrite to a full pipe waits for the reader on a thread (Ruby >=
+  # 3.3); in a fiber it raised Errno::EAGAIN, as write_nonblock does, and
+  # the reader then waited forever for the rest.
+  SYSWRITE_FULL_PIPE = <<~'RUBY'
+    require "weft"
+    got = Thread::Queue.new
+    r, w = IO.pipe
+    jobs = [
+      -> { n = 0; 40.times { n += w.syswrite("x" * 65_536) }; w.close; got << [:wrote, n] },
+      -> { n = 0; while (s = r.read(4096)); n += s.size; end; got << [:read, n] },
+    ]
+    if ARGV.first == "threads"
+      jobs.map { |job| Thread.new(&job) }.each(&:join)
+    else
+      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+    end
+    wrote, read = Array.new(got.size) { got.pop }.sort.map(&:last)
+    p [read == wrote, read.positive?]
+  RUBY
+
+  def test_syswrite_to_a_full_pipe_waits_as_on_threads
+    skip "Ruby 3.1's IO#syswrite raises Errno::EAGAIN on threads too" if RUBY_VERSION < "3.3"
+    assert_fibers_print_what_threads_print(SYSWRITE_FULL_PIPE, "[true, true]\n")
+  end
 end
