@@ -405,6 +405,26 @@ module Weft
 
   File.prepend(FifoOpens::Initialize)
   IO.singleton_class.prepend(FifoOpens::Whole)
+
+  # File#flock without LOCK_NB waits in flock(2) while another holder has
+  # the lock: on a thread the others run meanwhile, but a fiber waited
+  # with the whole thread, so when the holder was another fiber of that
+  # thread the process hung. From a non-blocking fiber under Weft the lock
+  # is tried without waiting first; only when that fails is the waiting
+  # call made on a helper thread (killed if the fiber's wait ends early).
+  module FlockWaits
+    def flock(operation)
+      return super if Fiber.blocking? || !Fiber.scheduler.is_a?(Weft::Scheduler)
+      return super if !operation.is_a?(Integer) || operation.anybits?(File::LOCK_NB | File::LOCK_UN)
+
+      got = super(operation | File::LOCK_NB)
+      return got unless got == false
+
+      FifoOpens.on_thread { super(operation) }
+    end
+  end
+  private_constant :FlockWaits
+  File.prepend(FlockWaits)
 end
 
 module Weft

@@ -661,4 +661,34 @@ class TestPrograms < Minitest::Test
     skip "Ruby 3.1's IO#syswrite raises Errno::EAGAIN on threads too" if RUBY_VERSION < "3.3"
     assert_fibers_print_what_threads_print(SYSWRITE_FULL_PIPE, "[true, true]\n")
   end
+
+  # File#flock(LOCK_EX) on a file another worker has locked: on a thread
+  # it waits while the holder goes on and unlocks; a fiber waited in
+  # flock(2) with the whole thread, the holder (a fiber of that thread)
+  # never ran again, and the process hung.
+  FLOCK_CONTENDED = <<~'RUBY'
+    require "weft"
+    require "tmpdir"
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "lock")
+      File.write(path, "")
+      held = Thread::Queue.new
+      trying = Thread::Queue.new
+      got = Thread::Queue.new
+      jobs = [
+        -> { File.open(path, "a") { |f| f.flock(File::LOCK_EX); held << 1; trying.pop; f.puts "a"; f.flock(File::LOCK_UN) } },
+        -> { held.pop; File.open(path, "a") { |f| trying << 1; got << f.flock(File::LOCK_EX); f.puts "b" } },
+      ]
+      if ARGV.first == "threads"
+        jobs.map { |job| Thread.new(&job) }.each(&:join)
+      else
+        Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+      end
+      p [got.pop, File.read(path).lines.sort]
+    end
+  RUBY
+
+  def test_flock_on_a_file_another_fiber_has_locked_waits_as_on_threads
+    assert_fibers_print_what_threads_print(FLOCK_CONTENDED, "[0, [\"a\\n\", \"b\\n\"]]\n")
+  end
 end
