@@ -167,14 +167,22 @@ module Weft
   # waits for the IO to become readable (through the scheduler, so
   # IO#timeout applies) and tries again, as on a thread.
   module SysreadWaits
+    # After a sysread's or syswrite's Errno::EAGAIN: wait for +events+ on
+    # +io+ and say true (try again) from a non-blocking fiber under Weft;
+    # false elsewhere (the error stands).
+    def self.waited?(io, events)
+      scheduler = Fiber.scheduler
+      return false unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.io_wait(io, events, nil)
+      true
+    end
+
     def sysread(*arguments)
       super
     rescue Errno::EAGAIN
-      scheduler = Fiber.scheduler
-      raise unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
-
-      scheduler.io_wait(self, IO::READABLE, nil)
-      retry
+      retry if SysreadWaits.waited?(self, IO::READABLE)
+      raise
     end
   end
   private_constant :SysreadWaits
@@ -190,11 +198,8 @@ module Weft
     def syswrite(*arguments)
       super
     rescue Errno::EAGAIN
-      scheduler = Fiber.scheduler
-      raise unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
-
-      scheduler.io_wait(self, IO::WRITABLE, nil)
-      retry
+      retry if SysreadWaits.waited?(self, IO::WRITABLE)
+      raise
     end
   end
   private_constant :SyswriteWaits
@@ -459,7 +464,7 @@ module Weft
   # the fiber-local set to false here, and the sleep returns nil.
   module MutexSleepTimesOut
     def sleep(timeout = nil)
-      return super if timeout.nil?
+      return super if timeout.nil? || Fiber.blocking? || !Fiber.scheduler.is_a?(Weft::Scheduler)
 
       fiber = Thread.current
       fiber[:__weft_sleep_timed_out] = false
