@@ -30,7 +30,8 @@ static VALUE cParser;
 /* Frozen, interned env keys and method names, made once (marked forever). */
 static VALUE k_request_method, k_path_info, k_query_string, k_request_uri,
     k_server_protocol, k_server_name, k_server_port, k_http_host,
-    k_content_length, k_content_type, k_script_name;
+    k_content_length, k_content_type, k_script_name, k_request_path,
+    k_http_version;
 static VALUE v_http10, v_http11, v_empty, v_star, v_slash;
 
 static VALUE fstr(const char *s)
@@ -202,7 +203,9 @@ static VALUE parser_initialize(int argc, VALUE *argv, VALUE self)
  * CONTENT_LENGTH / CONTENT_TYPE. Qnil for a name with '_' (it would be
  * indistinguishable from the same name with '-': a proxy that strips or
  * sets X-Forwarded-For would not see X_Forwarded_For, and the app could
- * not tell them apart). */
+ * not tell them apart), and for Version, whose key HTTP_VERSION holds the
+ * request's protocol (as Puma 6 has it; Rails and Sinatra read it so, and
+ * a client's Version field must not pass for HTTP/1.0 or 1.1). */
 static VALUE header_key(const http_header *h)
 {
     size_t n = h->name_len;
@@ -215,6 +218,8 @@ static VALUE header_key(const http_header *h)
             return known[i].key;
     if (memchr(h->name, '_', n))
         return Qnil;
+    if (n == 7 && name_eq(h->name, n, "version"))
+        return Qnil; /* HTTP_VERSION is the request's protocol */
     char buf[5 + 256];
     char *key = n + 5 <= sizeof buf ? buf : ALLOCA_N(char, n + 5);
     memcpy(key, "HTTP_", 5);
@@ -263,15 +268,22 @@ static void host_split(parser *ps, VALUE env, const char *v, size_t n)
     ps->last_port = pv;
 }
 
-/* PATH_INFO, QUERY_STRING and REQUEST_URI from the request-target; an
- * absolute-form target's authority replaces Host (RFC 9112 3.2.2). */
+/* PATH_INFO (and REQUEST_PATH, the same String), QUERY_STRING and
+ * REQUEST_URI from the request-target; an absolute-form target's
+ * authority replaces Host (RFC 9112 3.2.2). */
+static void set_path(VALUE env, VALUE path)
+{
+    rb_hash_aset(env, k_path_info, path);
+    rb_hash_aset(env, k_request_path, path);
+}
+
 static void target_split(VALUE env, const http_req *r)
 {
     const char *t = r->target;
     size_t n = r->target_len;
     rb_hash_aset(env, k_request_uri, rb_str_new(t, (long)n));
     if (n == 1 && t[0] == '*') {
-        rb_hash_aset(env, k_path_info, v_star);
+        set_path(env, v_star);
         rb_hash_aset(env, k_query_string, v_empty);
         return;
     }
@@ -282,7 +294,7 @@ static void target_split(VALUE env, const http_req *r)
         else if (n > 8 && name_eq(t, 8, "https://"))
             skip = 8;
         if (skip == 0) { /* authority-form (CONNECT host:port) */
-            rb_hash_aset(env, k_path_info, v_empty);
+            set_path(env, v_empty);
             rb_hash_aset(env, k_query_string, v_empty);
             return;
         }
@@ -298,7 +310,7 @@ static void target_split(VALUE env, const http_req *r)
         n = (size_t)(hash - t);
     const char *q = memchr(t, '?', n);
     size_t plen = q ? (size_t)(q - t) : n;
-    rb_hash_aset(env, k_path_info, plen ? rb_str_new(t, (long)plen) : v_slash);
+    set_path(env, plen ? rb_str_new(t, (long)plen) : v_slash);
     rb_hash_aset(env, k_query_string,
                  q ? rb_str_new(q + 1, (long)(n - plen - 1)) : v_empty);
 }
@@ -318,7 +330,9 @@ static void fill_env(parser *ps, VALUE env)
 {
     const http_req *r = &ps->req;
     rb_hash_aset(env, k_request_method, method_string(r));
-    rb_hash_aset(env, k_server_protocol, r->version_minor ? v_http11 : v_http10);
+    VALUE protocol = r->version_minor ? v_http11 : v_http10;
+    rb_hash_aset(env, k_server_protocol, protocol);
+    rb_hash_aset(env, k_http_version, protocol);
     ps->expect_continue = 0;
     ps->has_length = 0;
     for (unsigned i = 0; i < r->nheaders; i++) {
@@ -364,9 +378,11 @@ static void fill_env(parser *ps, VALUE env)
  * length of the head in bytes (the body starts there) after storing the
  * request in +env+ (SERVER_NAME and SERVER_PORT are frozen Strings,
  * shared by requests with the same Host): REQUEST_METHOD, SCRIPT_NAME "", PATH_INFO,
- * QUERY_STRING, REQUEST_URI, SERVER_PROTOCOL, SERVER_NAME, SERVER_PORT,
- * CONTENT_LENGTH, CONTENT_TYPE and HTTP_* (repeated fields joined with
- * ", ", Cookie with "; "; names containing '_' are dropped). Returns nil
+ * REQUEST_PATH (the same String as PATH_INFO, as in Puma), QUERY_STRING,
+ * REQUEST_URI, SERVER_PROTOCOL and HTTP_VERSION (both "HTTP/1.0" or
+ * "HTTP/1.1", frozen), SERVER_NAME, SERVER_PORT, CONTENT_LENGTH,
+ * CONTENT_TYPE and HTTP_* (repeated fields joined with ", ", Cookie with
+ * "; "; names containing '_', and Version, are dropped). Returns nil
  * when the head is incomplete: append more bytes to the same buffer and
  * call again (the scan resumes where it stopped). Returns -status for a
  * request to refuse (-400 malformed or smuggling-prone, -413, -414, -431,
@@ -463,6 +479,8 @@ void weft__http_init(void)
     k_content_length = fstr("CONTENT_LENGTH");
     k_content_type = fstr("CONTENT_TYPE");
     k_script_name = fstr("SCRIPT_NAME");
+    k_request_path = fstr("REQUEST_PATH");
+    k_http_version = fstr("HTTP_VERSION");
     v_http10 = fstr("HTTP/1.0");
     v_http11 = fstr("HTTP/1.1");
     v_empty = fstr("");

@@ -198,6 +198,7 @@ module Weft
           "rack.hijack?" => true,
           "SCRIPT_NAME" => "",
           "SERVER_SOFTWARE" => config.server_software,
+          "GATEWAY_INTERFACE" => "CGI/1.2", # Puma's value; CGI's is "CGI/1.1"
         }
         @template["HTTPS"] = "on" if @tls
         @template.freeze

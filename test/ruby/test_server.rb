@@ -152,6 +152,30 @@ class TestServer < Minitest::Test
     assert_equal "http", seen["rack.url_scheme"]
   end
 
+  # The keys Puma sets beside Rack's, which apps and middleware read
+  # (Rails' and Sinatra's HTTP/1.0 checks read HTTP_VERSION, loggers
+  # REQUEST_PATH): HTTP_VERSION is the request's protocol whatever a
+  # Version field says, REQUEST_PATH is PATH_INFO as received, for each
+  # form of target.
+  def test_env_has_http_version_request_path_and_gateway_interface
+    seen = []
+    app = lambda do |env|
+      seen << env.values_at("HTTP_VERSION", "REQUEST_PATH", "PATH_INFO", "GATEWAY_INTERFACE")
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    with_server(app) do |port|
+      get(port, "/a/b%20c?x=1", "Version: 9.9\r\n")
+      request(port, "GET /c HTTP/1.0\r\n\r\n")
+      request(port, "GET http://other.example:9000/z?q HTTP/1.1\r\nHost: ignored\r\n\r\n")
+    end
+    # Rack 2's Lint wants PATH_INFO to start with "/": "*" is served without it.
+    with_server(app, lint: false) do |port|
+      request(port, "OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n")
+    end
+    assert_equal [["HTTP/1.1", "/a/b%20c", "/a/b%20c", "CGI/1.2"], ["HTTP/1.0", "/c", "/c", "CGI/1.2"],
+                  ["HTTP/1.1", "/z", "/z", "CGI/1.2"], ["HTTP/1.1", "*", "*", "CGI/1.2"]], seen
+  end
+
   # A client that sends a path's UTF-8 raw (not percent-encoded) gets an
   # answer, and the app sees the bytes as sent (binary, as Rack's other
   # request strings), where the parser used to answer 400.
