@@ -59,8 +59,16 @@ awk -v wi="$w_ir" -v wr="$w_req" -v fi="$f_ir" -v fr="$f_req" 'BEGIN {
   printf "  weft http_server   %9.0f instructions/request (%d requests)\n", w, wr
   printf "  raw io_uring floor %9.0f instructions/request (%d requests)\n", f, fr
   printf "  ratio weft / floor %9.2fx\n", w / f }'
+# costliest NAME REQS ROWS: NAME's costliest functions, self instructions
+# per request
+costliest() {
+  callgrind_annotate "$tmp/$1.cg" 2>/dev/null | awk -v n="$2" -v rows="$3" '
+    /^-+$/ { sep++ ; next }
+    sep >= 3 && /^ *[0-9,]+ / { ir = $1; gsub(",", "", ir); $1 = ""; if (k++ < rows) printf "  %7.0f %s\n", ir / n, $0 }'
+}
 echo
 echo "weft's costliest functions (self instructions per request):"
-callgrind_annotate "$tmp/weft.cg" 2>/dev/null | awk -v n="$w_req" '
-  /^-+$/ { sep++ ; next }
-  sep >= 3 && /^ *[0-9,]+ / { ir = $1; gsub(",", "", ir); $1 = ""; if (k++ < 40) printf "  %7.0f %s\n", ir / n, $0 }'
+costliest weft "$w_req" 40
+echo
+echo "the floor's costliest functions (self instructions per request):"
+costliest floor "$f_req" 15

@@ -96,6 +96,34 @@ int64_t weft_now(void);
  */
 int64_t weft_deadline_in(int64_t ns);
 
+/**
+ * the loop's reading of the monotonic clock, without reading it again.
+ *
+ * In a fiber, or in a callback of a running weft_sched_run(): the clock
+ * as the loop last read it,
+ * which it does on every iteration that polls for events or has timers
+ * (and on every 16th of the others), when the iteration begins and when
+ * a wait for events ends. It is behind weft_now() by as long as fibers
+ * have run since, on a busy thread about one round of the ready fibers.
+ * Reading it is a load where weft_now() is a clock read, a large part of
+ * a short request's bookkeeping. Anywhere else (another thread, before or
+ * after weft_sched_run()): weft_now(). Thread-safe.
+ *
+ * Meant for long timeouts taken often, such as a server's idle timeout per
+ * request: a deadline made from it ends a wait at most that far early.
+ * Where a wait must last at least its timeout, use weft_deadline_in().
+ */
+int64_t weft_loop_now(void);
+
+/**
+ * absolute deadline @p ns nanoseconds after weft_loop_now().
+ *
+ * The same rules as weft_deadline_in() (WEFT_FOREVER for a negative
+ * @p ns, saturating), from the loop's clock reading: see weft_loop_now()
+ * for how early that may be. Thread-safe.
+ */
+int64_t weft_loop_deadline_in(int64_t ns);
+
 /** @} */
 
 /* ------------------------------------------------------------------------ */

@@ -852,6 +852,20 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     return 0;
 }
 
+int64_t weft_loop_now(void)
+{
+    const weft_sched_t *s = weft__tls_sched;
+    return s && s->running ? s->r.stamp : weft_now();
+}
+
+int64_t weft_loop_deadline_in(int64_t ns)
+{
+    const weft_sched_t *s = weft__tls_sched;
+    if (ns < 0)
+        return WEFT_FOREVER;
+    return weft__deadline_after(s && s->running ? s->r.stamp : weft_now(), ns);
+}
+
 weft_sched_t *weft_sched_self(void)
 {
     weft_sched_t *s = weft__tls_sched;
@@ -885,6 +899,7 @@ int weft_sched_run(weft_sched_t *s)
         return -EBUSY;
     s->running = true;
     s->run_t0 = weft_now();
+    s->r.stamp = s->run_t0; /* weft_loop_now() before the first iteration */
     atomic_store_explicit(&s->idle, 0, memory_order_relaxed);
     int rc = 0;
     for (;;) {

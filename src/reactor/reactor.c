@@ -27,13 +27,9 @@ int64_t weft_now(void)
 
 int64_t weft_deadline_in(int64_t ns)
 {
-    if (ns < 0)
-        return WEFT_FOREVER;
-    int64_t now = weft_now();
-    if (ns > INT64_MAX - now)
-        return INT64_MAX;
-    return now + ns;
+    return weft__deadline_after(ns < 0 ? 0 : weft_now(), ns);
 }
+
 
 /* ---- descriptor table ------------------------------------------------ */
 

@@ -431,6 +431,17 @@ static inline uint64_t weft__fd_token(int fd, uint32_t gen) {
 }
 #define WEFT__WAKE_TOKEN UINT64_MAX
 
+/* @now + @ns as weft_deadline_in() makes a deadline: WEFT_FOREVER for a
+ * negative @ns, saturating at INT64_MAX. */
+static inline int64_t weft__deadline_after(int64_t now, int64_t ns)
+{
+    if (ns < 0)
+        return WEFT_FOREVER;
+    if (ns > INT64_MAX - now)
+        return INT64_MAX;
+    return now + ns;
+}
+
 /* What a wait whose @deadline has come ends with: -EAGAIN for the "try,
  * don't wait" deadline 0 (nothing was ready), -ETIMEDOUT for any other. */
 static inline int weft__expired(int64_t deadline)

@@ -71,6 +71,19 @@ static void *body(void *arg)
     CHECK_EQ(weft_deadline_in(-5), WEFT_FOREVER);
     CHECK_EQ(weft_park(weft_deadline_in(2000000)), -ETIMEDOUT);
 
+    /* The loop's clock: never ahead of the clock, read again by the loop
+     * once a fiber has waited, and deadlines made from it by the same
+     * rules. */
+    int64_t before = weft_now();
+    CHECK(weft_loop_now() <= before);
+    CHECK(weft_loop_deadline_in(5000) <= weft_deadline_in(5000));
+    CHECK_EQ(weft_loop_deadline_in(INT64_MAX), INT64_MAX);
+    CHECK_EQ(weft_loop_deadline_in(-5), WEFT_FOREVER);
+    CHECK_EQ(weft_sleep(1000000), 0);
+    CHECK(weft_loop_now() >= before);
+    CHECK(weft_loop_now() <= weft_now());
+    CHECK_EQ(weft_park(weft_loop_deadline_in(1000000)), -ETIMEDOUT);
+
     /* Forever: only cancellation ends it. */
     weft_fiber_t fv;
     CHECK_EQ(weft_spawn(forever, NULL, NULL, &fv), 0);
@@ -260,6 +273,9 @@ static void server_model(void)
 int main(void)
 {
     h_begin("timer");
+    /* Without a running loop, the loop's clock is the clock. */
+    int64_t t0 = weft_now(), lt = weft_loop_now();
+    CHECK(t0 <= lt && lt <= weft_now());
     heap_model();
     server_model();
     h_run(body, NULL);
