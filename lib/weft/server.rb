@@ -184,7 +184,7 @@ module Weft
         @parser_options = {
           max_request_line: config.max_request_line, max_header_line: config.max_header_line,
           max_head: config.max_head, max_headers: config.max_headers, max_body: config.max_body,
-          server_name: @tcp ? addr.ip_address : "localhost", server_port: (@tcp ? addr.ip_port : 80).to_s,
+          server_name: Endpoint.server_name(addr), server_port: (@tcp ? addr.ip_port : 80).to_s,
           default_port: @tls ? "443" : "80"
         }
         @parser = new_parser
@@ -205,6 +205,16 @@ module Weft
       end
 
       def new_parser = Weft::HTTP::Parser.new(**@parser_options)
+
+      # SERVER_NAME of a request without Host (HTTP/1.0): the listener's
+      # address as a URL's host ("[::1]" for IPv6), but "localhost" for a
+      # unix socket or a wildcard bind (0.0.0.0, ::), as under Puma: an
+      # app that builds URLs from it must not send clients to 0.0.0.0.
+      def self.server_name(addr)
+        return "localhost" if !addr.ip? || addr.ip_address == "0.0.0.0" || addr.ipv6_unspecified?
+
+        addr.ipv6? ? "[#{addr.ip_address}]" : addr.ip_address
+      end
     end
 
     # :nodoc: park +conn+ (idle, keep-alive) now rather than keep a fiber

@@ -244,6 +244,34 @@ class TestServer < Minitest::Test
     assert_equal [%w[example.org 8080 /x], ["[::1]", "81", "/y"], %w[other.example 9000 /z]], seen
   end
 
+  # Without a Host field (HTTP/1.0), SERVER_NAME is the listener's
+  # address, but "localhost" for a wildcard bind (as under Puma), where it
+  # used to be "0.0.0.0", a host no URL an app builds should point to.
+  def test_server_name_without_host
+    seen = []
+    app = ->(env) { seen << [env["SERVER_NAME"], env["SERVER_PORT"]]; [204, {}, []] }
+    with_server(app, bind: "tcp://0.0.0.0:0") do |port|
+      request(port, "GET / HTTP/1.0\r\n\r\n")
+      assert_equal [["localhost", port.to_s]], seen
+    end
+    seen.clear
+    with_server(app) do |port|
+      request(port, "GET / HTTP/1.0\r\n\r\n")
+      assert_equal [["127.0.0.1", port.to_s]], seen
+    end
+    v6_bind = Socket.ip_address_list.any?(&:ipv6_loopback?) ? "tcp://[::1]:0" : nil
+    return unless v6_bind
+
+    seen.clear
+    with_server(app, bind: v6_bind) do |port|
+      sock = TCPSocket.new("::1", port)
+      sock.write("GET / HTTP/1.0\r\n\r\n")
+      read_response(sock)
+      sock.close
+      assert_equal [["[::1]", port.to_s]], seen
+    end
+  end
+
   def test_extension_methods_reach_the_app
     with_server(PATH) do |port|
       %w[PURGE PROPFIND PATCH OPTIONS DELETE].each do |m|
