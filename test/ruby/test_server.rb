@@ -681,7 +681,7 @@ class TestServer < Minitest::Test
       "/nul" => ->(_e) { [200, { "x-a" => "a\0b" }, make_body.call] },
       "/name" => ->(_e) { [200, { "x a" => "v" }, make_body.call] },
       "/status" => ->(_e) { ["abc", {}, make_body.call] },
-      "/value" => ->(_e) { [200, { "x-a" => 5 }, make_body.call] },
+      "/value" => ->(_e) { [200, { "x-a" => ["ok", :"a\nb"] }, make_body.call] },
     }
     app = ->(env) { apps.fetch(env["PATH_INFO"]).call(env) }
     with_server(app, lint: false) do |port|
@@ -694,7 +694,28 @@ class TestServer < Minitest::Test
     assert_equal apps.size, closed.size, "body.close on every path"
     assert_includes errors_logged, "header x-a value \"ok\\r\" has CR, LF or NUL"
     assert_includes errors_logged, "status \"abc\" is not an Integer"
-    assert_includes errors_logged, "header x-a has a Integer value"
+    assert_includes errors_logged, "header x-a value \"a\\nb\" has CR, LF or NUL"
+  end
+
+  # A value that is not a String (an Integer content-length from a sloppy
+  # app; Lint would refuse it) is sent as its to_s, as Puma sends it,
+  # where it used to be a 500; nil is an empty value.
+  def test_header_values_that_are_not_strings_are_sent_as_text
+    app = lambda do |_env|
+      [200, { "content-type" => "text/plain", "Content-Length" => 5, "x-sym" => :abc, "x-nil" => nil,
+              "x-list" => [1, "two"] }, ["hello"]]
+    end
+    with_server(app, lint: false) do |port|
+      r = get(port)
+      assert_equal 200, r.status
+      assert_equal "hello", r.body
+      assert_equal "5", r["content-length"]
+      assert_equal 1, r.raw_head.scan(/^content-length: /i).size, "the app's length, none added"
+      assert_equal "abc", r["x-sym"]
+      assert_includes r.raw_head.split("\r\n"), "x-nil: "
+      assert_equal "1\ntwo", r["x-list"]
+    end
+    assert_equal "", errors_logged.lines.grep(/ERROR/).join
   end
 
   def test_rack2_multiline_header_values_become_fields

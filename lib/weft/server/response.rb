@@ -299,20 +299,31 @@ module Weft
 
       # A value (Rack 3: a String or an Array of Strings; Rack 2: lines
       # joined by "\n" for repeated fields) as an Array of field values,
-      # each free of CR, LF and NUL.
+      # each free of CR, LF and NUL. Other values are sent as their to_s,
+      # as Puma sends them: an app that says "content-length" => 5 (an
+      # Integer; both Rack specs want a String) works under Puma, and used
+      # to get a 500 here. nil is an empty value.
       def header_values(name, value)
         values =
           if value.is_a?(String)
             value.include?("\n") ? value.split("\n") : [value]
-          elsif value.is_a?(Array) && value.all?(String)
-            value
+          elsif value.is_a?(Array)
+            value.map { |v| v.is_a?(String) ? v : value_string(name, v) }
           else
-            raise Invalid, "header #{name} has a #{value.class} value (Strings only)"
+            s = value_string(name, value)
+            s.include?("\n") ? s.split("\n") : [s]
           end
         values.each do |v|
           raise Invalid, "header #{name} value #{v.inspect} has CR, LF or NUL" if BAD_VALUE.match?(v)
         end
         values
+      end
+
+      def value_string(name, value)
+        s = value.to_s
+        raise Invalid, "header #{name} has a #{value.class} value whose to_s is no String" unless s.is_a?(String)
+
+        s
       end
 
       # Append body bytes to a binary buffer (a non-ASCII String in
