@@ -545,6 +545,58 @@ class TestServer < Minitest::Test
     assert_match(/ERROR GET \/boom: RuntimeError: secret detail\n    .*test_server\.rb:\d+/, errors_logged)
   end
 
+  # exit or abort in a request (SystemExit) is the app's error like any
+  # other, as under Puma: a 500, logged, and the server goes on, where it
+  # used to end #run (and a single-process `weft serve`). It is so while
+  # the body is iterated too. An Interrupt still ends #run: Ctrl-C
+  # without a trap raises it in whatever fiber runs.
+  def test_exit_in_a_request_is_a_500_and_interrupt_still_ends_run
+    body = Object.new
+    def body.each = exit(4)
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/exit" then exit(3)
+      when "/abort" then abort("leaving")
+      when "/each" then [200, {}, body]
+      when "/int" then raise Interrupt
+      else [200, { "content-type" => "text/plain" }, ["still here"]]
+      end
+    end
+    with_server(app, lint: false) do |port|
+      sock = connect(port)
+      buf = +"".b
+      %w[/exit /abort /each].each do |path|
+        sock.write("GET #{path} HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = read_response(sock, buf)
+        assert_equal 500, r.status, path
+        assert_equal "Internal Server Error", r.body
+      end
+      sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal "still here", read_response(sock, buf).body
+      sock.close
+    end
+    assert_match(%r{ERROR GET /exit: SystemExit: exit\n    .*test_server\.rb:\d+}, errors_logged)
+    assert_match(%r{ERROR GET /abort: SystemExit: leaving\n}, errors_logged)
+    assert_match(%r{ERROR GET /each: sending the response: SystemExit: exit\n}, errors_logged)
+
+    server = Weft::Server.new(app, bind: "tcp://127.0.0.1:0", log: LogIO.new, access_log: LogIO.new)
+    server.open_listeners
+    thread = Thread.new do
+      Thread.current.report_on_exception = false
+      server.run
+    end
+    sock = connect(server.ports.first)
+    sock.write("GET /int HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert_raises(Interrupt, "#run did not return") { thread.join(GUARD) }
+    assert closed_by_server?(sock)
+  ensure
+    sock&.close
+    if thread&.alive?
+      thread.kill
+      thread.join(1)
+    end
+  end
+
   # The app's code that runs while its response is sent (headers#each,
   # body#to_ary, an #each raising a SystemCallError of its own, a
   # streaming body, a hijack callback) can fail too: a 500 when nothing

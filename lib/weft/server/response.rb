@@ -28,8 +28,18 @@ module Weft
         end
       end.freeze
       SPECIAL_LENGTHS = SPECIAL.keys.map(&:bytesize).uniq.freeze
-      # Exceptions the server lets through instead of answering 500.
-      FATAL = [Weft::Stop, NoMemoryError, SignalException, SystemExit].freeze
+      # Exceptions the server lets through instead of answering 500:
+      # Weft::Stop (the server's own, ending the fiber), SignalException
+      # (Ctrl-C or a signal without a trap raises it in whatever fiber is
+      # running, which may be a request's: it must end #run) and
+      # NoMemoryError. SystemExit is not among them: an app's exit or
+      # abort in a request is answered with a 500 and logged, and the
+      # server goes on, as under Puma (where the app runs on a pool
+      # thread). The one it cannot tell apart: a trap of the program's own
+      # that calls exit while a request's fiber runs (most of the time the
+      # loop's fiber runs traps, and its exit ends #run); `weft serve` and
+      # the Rack handler trap INT and TERM with #stop instead.
+      FATAL = [Weft::Stop, NoMemoryError, SignalException].freeze
       AFTER_REPLY = "rack.after_reply"
       RESPONSE_FINISHED = "rack.response_finished"
       ERROR_BODY = "Internal Server Error"
