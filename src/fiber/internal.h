@@ -340,8 +340,28 @@ weft__fiber *weft__current(void); /* NULL outside fibers */
 int weft__block(weft__wait *w, int kind, const void *obj);
 /* Wake function of C fibers: put the wait's owner on its run queue. */
 void weft__fiber_wake(weft__wait *w);
-/* Checks before a blocking call: in a fiber, not cancelled, deadline ok. */
-int weft__precheck(int64_t deadline);
+/* Whether the current fiber @f's timeout scope has expired: -ETIMEDOUT or
+ * 0 (out of line: a clock read). */
+int weft__precheck_scope(const weft__fiber *f);
+/* Checks before a blocking call in @s's thread (NULL: none): in a fiber,
+ * not cancelled, deadline ok, its timeout scope not expired. Inline: a
+ * call here was a large part of a yield and of every socket call. */
+static inline int weft__precheck_in(const weft_sched_t *s, int64_t deadline)
+{
+    if (!s || s->current->is_main)
+        return -EPERM;
+    if (deadline < -1)
+        return -EINVAL;
+    if (s->current->cancelled)
+        return -ECANCELED;
+    if (WEFT_UNLIKELY(s->current->scope_deadline != 0))
+        return weft__precheck_scope(s->current);
+    return 0;
+}
+static inline int weft__precheck(int64_t deadline)
+{
+    return weft__precheck_in(weft__tls_sched, deadline);
+}
 /* dump.c: the stall watchdog flagged a stall: note who (@f, the fiber
  * switching away, or the loop) and how long; the loop reports it. */
 void weft__stall_note(weft_sched_t *s, weft__fiber *f);

@@ -220,28 +220,9 @@ int weft__block(weft__wait *w, int kind, const void *obj)
 
 /* Out of line: the clock read inlined into weft_yield() made it save two
  * more registers on every yield. */
-static __attribute__((noinline, cold)) int precheck_scope(const weft__fiber *f)
+__attribute__((noinline, cold)) int weft__precheck_scope(const weft__fiber *f)
 {
     return f->scope_deadline <= weft_now() ? -ETIMEDOUT : 0;
-}
-
-/* Inlined into weft_yield(): a call here is a large part of a yield. */
-static inline int precheck(weft_sched_t *s, int64_t deadline)
-{
-    if (!s || s->current->is_main)
-        return -EPERM;
-    if (deadline < -1)
-        return -EINVAL;
-    if (s->current->cancelled)
-        return -ECANCELED;
-    if (WEFT_UNLIKELY(s->current->scope_deadline != 0))
-        return precheck_scope(s->current); /* has the timeout scope expired? */
-    return 0;
-}
-
-int weft__precheck(int64_t deadline)
-{
-    return precheck(weft__tls_sched, deadline);
 }
 
 /* ---- handles ------------------------------------------------------------ */
@@ -590,7 +571,7 @@ weft_fiber_t weft_self(void)
 
 int weft_yield(void)
 {
-    int rc = precheck(weft__tls_sched, WEFT_FOREVER);
+    int rc = weft__precheck_in(weft__tls_sched, WEFT_FOREVER);
     if (rc < 0)
         return rc;
     weft_sched_t *s = weft__tls_sched;
@@ -717,7 +698,7 @@ int weft_cancelled(void)
 int weft_join(weft_fiber_t h, void **result, int64_t deadline)
 {
     weft_sched_t *s = weft__tls_sched;
-    int rc = precheck(s, deadline);
+    int rc = weft__precheck_in(s, deadline);
     if (rc < 0)
         return rc;
     weft__slot *sl = slot_lookup(s, h);

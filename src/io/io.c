@@ -32,12 +32,12 @@
 
 int weft__io_begin(int fd, int64_t deadline)
 {
-    int rc = weft__precheck(deadline);
+    weft_sched_t *s = weft__sched_tls();
+    int rc = weft__precheck_in(s, deadline);
     if (rc < 0)
         return rc;
     if (fd < 0)
         return -EBADF;
-    weft_sched_t *s = weft__sched_tls();
     /* Beyond the tables: make sure the descriptor exists before growing
      * them to its number (a bogus huge number is -EBADF, not a gigabyte
      * memset). */

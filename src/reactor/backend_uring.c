@@ -33,6 +33,11 @@
 
 #ifdef WEFT_VALGRIND
 #include <valgrind/memcheck.h>
+/* Record in @u what the kernel will write for its op (Valgrind only). */
+#define VG_NOTE(u, field, val) \
+    do { if (WEFT_UNLIKELY(st->on_valgrind)) (u)->field = (val); } while (0)
+#else
+#define VG_NOTE(u, field, val) ((void)0)
 #endif
 
 #define WAKE_UD ((uint64_t)1)
@@ -54,12 +59,16 @@ typedef struct uop {
     struct uop *all_next;
     uint8_t op;
     struct msghdr msg;
-    void *vg_buf;            /* buffer the kernel writes (Valgrind)     */
+#ifdef WEFT_VALGRIND
+    /* What the kernel writes behind Valgrind's back: set and marked only
+     * under Valgrind (urstate.on_valgrind). */
+    void *vg_buf;            /* a buffer                                */
     size_t vg_len;
     const struct iovec *vg_iov;
     int vg_iovcnt;
-    socklen_t *vg_alen;      /* accept: address written by the kernel   */
+    socklen_t *vg_alen;      /* accept: the address and its length      */
     struct sockaddr *vg_addr;
+#endif
 } uop;
 
 typedef struct urstate {
@@ -75,6 +84,9 @@ typedef struct urstate {
     bool accept_hints;
     bool inner;              /* reaping from inside get_sqe            */
     bool wake_deferred;      /* the eventfd fired during an inner reap */
+#ifdef WEFT_VALGRIND
+    bool on_valgrind;        /* RUNNING_ON_VALGRIND, asked at init      */
+#endif
 } urstate;
 
 static void reap(weft__reactor *r);
@@ -187,6 +199,9 @@ static int ur_init(weft__reactor *r)
         return rc;
     }
     probe_accept(r);
+#ifdef WEFT_VALGRIND
+    st->on_valgrind = RUNNING_ON_VALGRIND != 0;
+#endif
     return 0;
 }
 
@@ -249,12 +264,16 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         return -EAGAIN;
     }
     u->op = (uint8_t)d->op;
-    u->vg_buf = NULL;
-    u->vg_len = 0;
-    u->vg_iov = NULL;
-    u->vg_iovcnt = 0;
-    u->vg_alen = NULL;
-    u->vg_addr = NULL;
+#ifdef WEFT_VALGRIND
+    if (WEFT_UNLIKELY(st->on_valgrind)) {
+        u->vg_buf = NULL;
+        u->vg_len = 0;
+        u->vg_iov = NULL;
+        u->vg_iovcnt = 0;
+        u->vg_alen = NULL;
+        u->vg_addr = NULL;
+    }
+#endif
     uint64_t off = d->off < 0 ? (uint64_t)-1 : (uint64_t)d->off;
     /* The SQE's length is 32 bits: a larger request becomes a short
      * transfer (the kernel's own limit per call), which the API allows. */
@@ -262,24 +281,24 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     switch (d->op) {
     case WEFT__OP_READ:
         io_uring_prep_read(sqe, d->fd, d->buf, (unsigned)len, off);
-        u->vg_buf = d->buf;
-        u->vg_len = len;
+        VG_NOTE(u, vg_buf, d->buf);
+        VG_NOTE(u, vg_len, len);
         break;
     case WEFT__OP_WRITE:
         io_uring_prep_write(sqe, d->fd, d->buf, (unsigned)len, off);
         break;
     case WEFT__OP_READV:
         io_uring_prep_readv(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
-        u->vg_iov = d->iov;
-        u->vg_iovcnt = d->iovcnt;
+        VG_NOTE(u, vg_iov, d->iov);
+        VG_NOTE(u, vg_iovcnt, d->iovcnt);
         break;
     case WEFT__OP_WRITEV:
         io_uring_prep_writev(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
         break;
     case WEFT__OP_RECV:
         io_uring_prep_recv(sqe, d->fd, d->buf, len, d->flags);
-        u->vg_buf = d->buf;
-        u->vg_len = len;
+        VG_NOTE(u, vg_buf, d->buf);
+        VG_NOTE(u, vg_len, len);
         break;
     case WEFT__OP_SEND:
         io_uring_prep_send(sqe, d->fd, d->buf, len, d->flags | MSG_NOSIGNAL);
@@ -291,8 +310,8 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         u->msg.msg_iovlen = (size_t)d->iovcnt;
         if (d->op == WEFT__OP_RECVMSG) {
             io_uring_prep_recvmsg(sqe, d->fd, &u->msg, (unsigned)d->flags);
-            u->vg_iov = d->iov;
-            u->vg_iovcnt = d->iovcnt;
+            VG_NOTE(u, vg_iov, d->iov);
+            VG_NOTE(u, vg_iovcnt, d->iovcnt);
         }
         else
             io_uring_prep_sendmsg(sqe, d->fd, &u->msg,
@@ -303,8 +322,8 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (d->poll_first && st->accept_hints)
             sqe->ioprio |= IORING_ACCEPT_POLL_FIRST;
-        u->vg_alen = d->addrlen;
-        u->vg_addr = d->addr;
+        VG_NOTE(u, vg_alen, d->addrlen);
+        VG_NOTE(u, vg_addr, d->addr);
         break;
     case WEFT__OP_CONNECT:
         io_uring_prep_connect(sqe, d->fd, d->addr, d->alen);
@@ -379,16 +398,37 @@ static int poll_result(const weft__wait *w, int res)
     return (int)weft__ev_answer(w->events, weft__poll_to_ev((unsigned)res));
 }
 
+#ifdef WEFT_VALGRIND
+/* What the kernel wrote for @u's op, which ended with @res, behind
+ * Valgrind's back: now defined. */
+static void vg_mark(const uop *u, int res)
+{
+    if (res > 0 && u->vg_buf)
+        VALGRIND_MAKE_MEM_DEFINED(u->vg_buf, (size_t)res < u->vg_len ? (size_t)res : u->vg_len);
+    if (res > 0 && u->vg_iov) {
+        size_t left = (size_t)res;
+        for (int i = 0; i < u->vg_iovcnt && left; i++) {
+            size_t n = u->vg_iov[i].iov_len < left ? u->vg_iov[i].iov_len : left;
+            VALGRIND_MAKE_MEM_DEFINED(u->vg_iov[i].iov_base, n);
+            left -= n;
+        }
+    }
+    if (res >= 0 && u->vg_alen) {
+        VALGRIND_MAKE_MEM_DEFINED(u->vg_alen, sizeof *u->vg_alen);
+        if (u->vg_addr)
+            VALGRIND_MAKE_MEM_DEFINED(u->vg_addr, *u->vg_alen);
+    }
+}
+#endif
+
 static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
 {
     urstate *st = S(r);
-    if (ud == IGNORE_UD)
-        return;
-    if (ud == PROBE_UD) {
-        st->accept_hints = res == -EBADF;
-        return;
-    }
-    if (ud == WAKE_UD) {
+    if (WEFT_UNLIKELY(ud <= PROBE_UD)) {
+        if (ud == PROBE_UD)
+            st->accept_hints = res == -EBADF;
+        if (ud != WAKE_UD)
+            return;
         if (!(flags & IORING_CQE_F_MORE))
             st->wake_armed = false; /* re-armed before the next enter */
         if (st->inner)
@@ -408,22 +448,8 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
             }
     }
 #ifdef WEFT_VALGRIND
-    /* The kernel wrote these behind Valgrind's back. */
-    if (res > 0 && u->vg_buf)
-        VALGRIND_MAKE_MEM_DEFINED(u->vg_buf, (size_t)res < u->vg_len ? (size_t)res : u->vg_len);
-    if (res > 0 && u->vg_iov) {
-        size_t left = (size_t)res;
-        for (int i = 0; i < u->vg_iovcnt && left; i++) {
-            size_t n = u->vg_iov[i].iov_len < left ? u->vg_iov[i].iov_len : left;
-            VALGRIND_MAKE_MEM_DEFINED(u->vg_iov[i].iov_base, n);
-            left -= n;
-        }
-    }
-    if (res >= 0 && u->vg_alen) {
-        VALGRIND_MAKE_MEM_DEFINED(u->vg_alen, sizeof *u->vg_alen);
-        if (u->vg_addr)
-            VALGRIND_MAKE_MEM_DEFINED(u->vg_addr, *u->vg_alen);
-    }
+    if (WEFT_UNLIKELY(st->on_valgrind))
+        vg_mark(u, res);
 #endif
     int op = u->op;
     r->ops_inflight--;

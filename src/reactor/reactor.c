@@ -67,7 +67,9 @@ static void fd_unlink(weft__reactor *r, weft__wait *w)
     int fd = w->fd;
     w->fd = -1;
     r->nfd_waits--;
-    (void)r->ops->fd_update(r, fd);
+    /* A wait without events (an op's) is in no backend's interest set. */
+    if (w->events)
+        (void)r->ops->fd_update(r, fd);
 }
 
 /* ---- waits ------------------------------------------------------------ */

@@ -109,7 +109,10 @@ static inline weft__node *weft__list_pop(weft__list *l)
 #define WEFT_TSAN 1
 #endif
 
-#if defined(__has_include)
+/* Valgrind's client requests (a dozen instructions each even natively,
+ * so made only when RUNNING_ON_VALGRIND said so at init); WEFT_NO_VALGRIND
+ * builds without them (bench/callgrind_http.sh counts the native path). */
+#if defined(__has_include) && !defined(WEFT_NO_VALGRIND)
 #if __has_include(<valgrind/valgrind.h>)
 #define WEFT_VALGRIND 1
 #endif
