@@ -76,6 +76,7 @@ typedef struct urstate {
     uop *free;
     uop *all;                /* every record ever allocated            */
     uop *cancels;            /* cancels that found no free SQE yet     */
+    weft__wait *wcancels;    /* the same for records kept in waits     */
     bool wake_armed;
     /* The kernel takes IORING_ACCEPT_POLL_FIRST and reports, with
      * IORING_CQE_F_SOCK_NONEMPTY, whether connections are left queued
@@ -95,6 +96,11 @@ static urstate *S(weft__reactor *r) { return r->bstate; }
 
 static struct io_uring_sqe *get_sqe(weft__reactor *r)
 {
+#ifdef WEFT_FAULT
+    /* As if the kernel would take nothing, every try below (tests). */
+    if (weft__fault_hit(WEFT__FAULT_HERE))
+        return NULL;
+#endif
     urstate *st = S(r);
     struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
     for (int tries = 0; WEFT_UNLIKELY(!sqe) && tries < 8; tries++) {
@@ -252,20 +258,58 @@ static void uop_put(urstate *st, uop *u)
     st->free = u;
 }
 
+/*
+ * Op records. A pooled record (uop) carries what the kernel may need after
+ * the submission (a msghdr) and what must outlive the wait (a poll, which
+ * a wait that ends early abandons). Every other op keeps its record in its
+ * wait (weft__wait.op_code, op_next), since its waiter waits for the
+ * completion: the CQE's user data is then the wait's address with the low
+ * bit set (waits are aligned; a pooled record's address has it clear, and
+ * the special values 0-2 are below any address).
+ */
+#define IN_WAIT 1u
+/* (for user data other than the special values) */
+static inline bool in_wait(uint64_t ud) { return ud & IN_WAIT; }
+static inline weft__wait *wait_of(uint64_t ud)
+{
+    return (weft__wait *)(uintptr_t)(ud & ~(uint64_t)IN_WAIT);
+}
+static inline uint64_t ud_of(weft__wait *w, void *rec)
+{
+    return rec == (void *)w ? (uint64_t)(uintptr_t)w | IN_WAIT : (uint64_t)(uintptr_t)rec;
+}
+static bool pooled_op(const urstate *st, int op)
+{
+#ifdef WEFT_VALGRIND
+    if (WEFT_UNLIKELY(st->on_valgrind))
+        return true; /* the record keeps what to mark */
+#else
+    (void)st;
+#endif
+    return op == WEFT__OP_POLL || op == WEFT__OP_RECVMSG || op == WEFT__OP_SENDMSG;
+}
+
 static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
 {
     urstate *st = S(r);
-    uop *u = uop_get(st);
-    if (!u)
-        return -ENOMEM;
+    uop *u = NULL; /* NULL: the record is kept in the wait */
+    if (WEFT_UNLIKELY(pooled_op(st, d->op))) {
+        u = uop_get(st);
+        if (!u)
+            return -ENOMEM;
+    }
     struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe) {
-        uop_put(st, u);
+        if (u)
+            uop_put(st, u);
         return -EAGAIN;
     }
-    u->op = (uint8_t)d->op;
+    if (!u)
+        w->op_code = (uint8_t)d->op;
+    else
+        u->op = (uint8_t)d->op;
 #ifdef WEFT_VALGRIND
-    if (WEFT_UNLIKELY(st->on_valgrind)) {
+    if (WEFT_UNLIKELY(st->on_valgrind)) { /* a pooled record: see pooled_op */
         u->vg_buf = NULL;
         u->vg_len = 0;
         u->vg_iov = NULL;
@@ -338,24 +382,30 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         /* Not queued: give the SQE back as a no-op nobody waits for. */
         io_uring_prep_nop(sqe);
         io_uring_sqe_set_data64(sqe, IGNORE_UD);
-        uop_put(st, u);
+        if (u)
+            uop_put(st, u);
         return -EINVAL;
     }
     if (d->async)
         io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
-    io_uring_sqe_set_data(sqe, u);
-    u->h.wait = w;
-    w->op = u;
+    if (!u) {
+        io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)w | IN_WAIT);
+        w->op = w;
+    } else {
+        io_uring_sqe_set_data(sqe, u);
+        u->h.wait = w;
+        w->op = u;
+    }
     r->ops_inflight++;
     return 0;
 }
 
-static bool queue_cancel(weft__reactor *r, uop *u)
+static bool queue_cancel(weft__reactor *r, uint64_t ud)
 {
     struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe)
         return false;
-    io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)u, 0);
+    io_uring_prep_cancel64(sqe, ud, 0);
     io_uring_sqe_set_data64(sqe, IGNORE_UD);
     return true;
 }
@@ -363,9 +413,9 @@ static bool queue_cancel(weft__reactor *r, uop *u)
 static void ur_op_cancel(weft__reactor *r, weft__wait *w)
 {
     urstate *st = S(r);
-    uop *u = w->op;
+    void *rec = w->op;
     struct io_uring_sqe *sqe = get_sqe(r);
-    if (w->op != u) {
+    if (w->op != rec) {
         /* It completed during a reap inside get_sqe and its record may
          * already serve another op: cancel nothing. */
         if (sqe) {
@@ -375,16 +425,23 @@ static void ur_op_cancel(weft__reactor *r, weft__wait *w)
         return;
     }
     if (sqe) {
-        io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)u, 0);
+        io_uring_prep_cancel64(sqe, ud_of(w, rec), 0);
         io_uring_sqe_set_data64(sqe, IGNORE_UD);
-    } else {
+    } else if (rec == (void *)w) {
         /* No SQE to be had right now: the loop retries before it enters
-         * the kernel again (an in-flight record's free-list link is
-         * unused, so it carries the pending list). */
+         * the kernel again. */
+        w->op_next = st->wcancels;
+        st->wcancels = w;
+        return;
+    } else {
+        /* The same for a pooled record (its free-list link is unused
+         * while it is in flight, so it carries the pending list). */
+        uop *u = rec;
         u->next = st->cancels;
         st->cancels = u;
     }
-    if (u->op == WEFT__OP_POLL) {
+    uop *u = rec;
+    if (rec != (void *)w && u->op == WEFT__OP_POLL) {
         /* Nothing of the waiter's is in the kernel's hands: let go. */
         u->h.wait = NULL;
         w->op = NULL;
@@ -437,25 +494,39 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
             weft__reactor_drain_posts(r);
         return;
     }
-    uop *u = (uop *)(uintptr_t)ud;
-    weft__wait *w = u->h.wait;
-    if (WEFT_UNLIKELY(st->cancels != NULL)) {
-        /* completed before its pending cancel went out: drop the cancel */
-        for (uop **pp = &st->cancels; *pp; pp = &(*pp)->next)
-            if (*pp == u) {
-                *pp = u->next;
-                break;
-            }
-    }
-#ifdef WEFT_VALGRIND
-    if (WEFT_UNLIKELY(st->on_valgrind))
-        vg_mark(u, res);
-#endif
-    int op = u->op;
+    weft__wait *w;
+    int op;
     r->ops_inflight--;
-    uop_put(st, u);
-    if (!w)
-        return; /* abandoned */
+    if (in_wait(ud)) {
+        w = wait_of(ud);
+        op = w->op_code;
+        if (WEFT_UNLIKELY(st->wcancels != NULL)) {
+            /* completed before its pending cancel went out: drop it */
+            for (weft__wait **pp = &st->wcancels; *pp; pp = &(*pp)->op_next)
+                if (*pp == w) {
+                    *pp = w->op_next;
+                    break;
+                }
+        }
+    } else {
+        uop *u = (uop *)(uintptr_t)ud;
+        w = u->h.wait;
+        if (WEFT_UNLIKELY(st->cancels != NULL)) {
+            for (uop **pp = &st->cancels; *pp; pp = &(*pp)->next)
+                if (*pp == u) {
+                    *pp = u->next;
+                    break;
+                }
+        }
+#ifdef WEFT_VALGRIND
+        if (WEFT_UNLIKELY(st->on_valgrind))
+            vg_mark(u, res);
+#endif
+        op = u->op;
+        uop_put(st, u);
+        if (!w)
+            return; /* abandoned */
+    }
     w->op = NULL;
     w->op_done = true;
     w->op_res = op == WEFT__OP_POLL ? poll_result(w, res) : res;
@@ -510,9 +581,15 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
      * cross-thread wake-up poll, posts seen during an inner reap. */
     while (st->cancels) {
         uop *u = st->cancels;
-        if (!queue_cancel(r, u))
+        if (!queue_cancel(r, (uint64_t)(uintptr_t)u))
             break;
         st->cancels = u->next;
+    }
+    while (st->wcancels) {
+        weft__wait *w = st->wcancels;
+        if (!queue_cancel(r, (uint64_t)(uintptr_t)w | IN_WAIT))
+            break;
+        st->wcancels = w->op_next;
     }
     if (!st->wake_armed)
         arm_wake(r);

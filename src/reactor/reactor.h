@@ -163,9 +163,17 @@ struct weft__wait {
     uint16_t what_kind; /* for the client's dumps, set when it blocks (the
                           fiber layer: WEFT__WK, weft_wait_kind_t and a
                           direction); not read by the reactor              */
-    void *op;          /* in-flight completion record (io_uring), or NULL  */
+    void *op;          /* in-flight completion record (io_uring), or NULL;
+                          the wait itself when the backend keeps the
+                          record in it (below)                            */
     int op_res;        /* the op's own result (CQE res)                    */
+    /* The record of an op kept in the wait, for ops whose waiter waits
+     * for the completion (not polls): no pooled record, and the lines a
+     * request touches stay together. The backend's: the op and a link
+     * for its list of cancels waiting for room in the ring. */
+    uint8_t op_code;
     const void *what;  /* with what_kind: the object waited on             */
+    struct weft__wait *op_next;
 };
 
 /* weft__wait.op_hint after an ACCEPT: whether more connections were queued

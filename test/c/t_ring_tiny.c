@@ -30,6 +30,22 @@ static void *side(void *arg)
     return NULL;
 }
 
+/* A read on a quiet socket that times out: its op is cancelled. */
+static int64_t expiry;
+static void *quiet(void *arg)
+{
+    int fd = fds[(long)arg][0];
+    char buf[8];
+    CHECK_EQ(weft_recv(fd, buf, sizeof buf, 0, expiry), -ETIMEDOUT);
+    /* The cancelled op is gone: the next read gets what is sent. */
+    CHECK_EQ(weft_write_all(fds[(long)arg][1], "pong", 4, NULL, WEFT_FOREVER), 0);
+    size_t got = 0;
+    CHECK_EQ(weft_read_full(fd, buf, 4, &got, WEFT_FOREVER), 0);
+    CHECK(!memcmp(buf, "pong", 4));
+    done++;
+    return NULL;
+}
+
 static void *body(void *arg)
 {
     for (int i = 0; i < PAIRS; i++)
@@ -41,6 +57,16 @@ static void *body(void *arg)
     for (int i = 0; i < 2 * PAIRS; i++)
         CHECK_EQ(weft_join(f[i], NULL, WEFT_FOREVER), 0);
     CHECK_EQ(done, 2 * PAIRS);
+
+    /* Every read times out in the same turn of the loop: a thousand
+     * cancels through two submission entries. */
+    done = 0;
+    expiry = weft_deadline_in(50 * WEFT_MS);
+    for (long i = 0; i < PAIRS; i++)
+        CHECK_EQ(weft_spawn(quiet, (void *)i, NULL, &f[i]), 0);
+    for (int i = 0; i < PAIRS; i++)
+        CHECK_EQ(weft_join(f[i], NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(done, PAIRS);
     for (int i = 0; i < PAIRS; i++) {
         weft_close(fds[i][0]);
         weft_close(fds[i][1]);

@@ -197,6 +197,14 @@ static void *w_io(void *unused)
                 break;
             EXPECT(memcmp(in, out, sizeof in) == 0);
         }
+        /* Waits that time out with their op in flight: a read (its record
+         * in the wait) and a readiness wait (a pooled poll), each op then
+         * cancelled — or, when the cancel finds no room in the ring, once
+         * there is. */
+        long rc = weft_read(c, in, sizeof in, weft_deadline_in(2 * MS));
+        EXPECT(rc == -ETIMEDOUT || ok_or_injected(rc));
+        rc = weft_wait_fd(c, WEFT_READABLE, weft_deadline_in(2 * MS));
+        EXPECT(rc == -ETIMEDOUT || ok_or_injected(rc));
         weft_close(c);
         EXPECT(weft_join(peer, NULL, WEFT_FOREVER) == 0);
     }
