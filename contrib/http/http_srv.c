@@ -60,6 +60,9 @@ struct http_srv {
      * Connection header variant (none, keep-alive, close). */
     char hello[3][256];
     size_t hello_len[3];
+    /* Sends straight from hello[] not yet returned: while there are any,
+     * the date (and hello[]) is not rebuilt under them. */
+    int hello_sending;
 };
 
 struct conn {
@@ -144,7 +147,7 @@ static const char *const CONN_HDR[3] = {"", "Connection: keep-alive\r\n",
 static const char *date_line(http_srv *s)
 {
     time_t t = time(NULL);
-    if (t != s->date_at) {
+    if (t != s->date_at && s->hello_sending == 0) {
         struct tm tm;
         gmtime_r(&t, &tm);
         strftime(s->date, sizeof s->date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n",
@@ -544,7 +547,18 @@ static void *conn_main(void *arg)
                 size_t len = s->hello_len[v];
                 if (req.method == HTTP_M_HEAD)
                     len -= sizeof HELLO - 1;
-                put_body(c, s->hello[v], len);
+                if (c->outlen == 0 && c->inlen - off == req.content_length) {
+                    /* The one answer to this read (nothing pipelined
+                     * behind it): sent from the prebuilt bytes, which
+                     * write-behind copies, rather than copied to c->out
+                     * first. */
+                    s->hello_sending++;
+                    ok = send_all(c, s->hello[v], len,
+                                  weft_loop_deadline_in(s->o.io_timeout_ns));
+                    s->hello_sending--;
+                } else {
+                    put_body(c, s->hello[v], len);
+                }
                 count_status(s, 200);
             } else {
                 ok = serve_file(c, &req, keep);
