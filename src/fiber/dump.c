@@ -262,9 +262,9 @@ static void fill_info(weft_sched_t *s, uint32_t idx, weft_fiber_info_t *in)
         in->state = WEFT_FIBER_WAITING;
         in->since = f->stamp;
         const weft__wait *w = f->wait;
-        const void *obj = w ? w->what : NULL;
-        in->wait = w ? (weft_wait_kind_t)(w->what_kind & 0xff) : WEFT_WAIT_OTHER;
-        in->events = w ? w->what_kind >> 8 : 0;
+        const void *obj = w ? f->wait_obj : NULL;
+        in->wait = w ? (weft_wait_kind_t)(f->wait_kind & 0xff) : WEFT_WAIT_OTHER;
+        in->events = w ? f->wait_kind >> 8 : 0;
         if (w && w->timer.idx != WEFT__TIMER_IDLE)
             in->deadline = w->timer.deadline;
         switch (in->wait) {

@@ -205,27 +205,32 @@ enum {
 
 struct weft__fiber {
     weft__ctx ctx;
+    /* What every switch, wake and blocking call touches, together: on
+     * x86-64 the rest of the context's line (the record is 64-byte
+     * aligned), so that a request's round touches two lines of it. */
     weft__fiber *next;        /* run queue                                 */
     weft_sched_t *sched;
-    weft_fn_t fn;
-    void *arg;
-    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
     weft__wait *wait;         /* the wait this fiber is blocked in         */
-    weft__wait *joiner;       /* a fiber joining this one                  */
     int64_t stamp;            /* the loop's clock (r.stamp) when it last
                                  blocked or became ready (dump.c, the
-                                 ready delay): on the line the run queue
-                                 writes (state) anyway                     */
-    weft__stack stack;
-    uint32_t slot;            /* index in the handle table                 */
+                                 ready delay)                              */
+    int64_t scope_deadline;   /* timeout scope (scope.c): 0 = none, else
+                                 the absolute deadline every blocking call
+                                 is clamped to (a past one is stored as 1) */
+    const void *wait_obj;     /* for dumps, set when it blocks: the object */
+    uint16_t wait_kind;       /* and WEFT__WK (weft_wait_kind_t, direction) */
     uint8_t state;
     uint8_t cancelled;
     uint8_t permit;           /* weft_unpark() before weft_park()          */
     uint8_t is_main;
     uint8_t parked;           /* blocked in weft_park()                   */
-    int64_t scope_deadline;   /* timeout scope (scope.c): 0 = none, else
-                                 the absolute deadline every blocking call
-                                 is clamped to (a past one is stored as 1) */
+    /* The rest: at start, at exit, and for fiber-local values. */
+    weft_fn_t fn;
+    void *arg;
+    void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
+    weft__wait *joiner;       /* a fiber joining this one                  */
+    weft__stack stack;
+    uint32_t slot;            /* index in the handle table                 */
 #ifdef WEFT_ASAN
     void *asan_fake;
     const void *asan_from_bottom;
@@ -235,6 +240,10 @@ struct weft__fiber {
     void *tsan_fiber;
 #endif
 };
+#if defined(__x86_64__) && !defined(WEFT_CTX_UCONTEXT)
+_Static_assert(offsetof(weft__fiber, parked) < 128,
+               "a fiber's hot fields fit the context's second line");
+#endif
 
 /* One per handle (16 bytes: with a million fibers, one of the few things
  * a parked fiber has outside its stack page). */

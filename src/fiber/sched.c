@@ -205,10 +205,10 @@ int weft__block(weft__wait *w, int kind, const void *obj)
     if (WEFT_UNLIKELY(f->scope_deadline != 0) && w->active && !w->nocancel)
         scope_clamp(w, f->scope_deadline);
     if (w->active) {
-        /* What it waits for, for dumps: stores into the wait, just
-         * written, and the record, written below. */
-        w->what_kind = (uint16_t)kind;
-        w->what = obj;
+        /* What it waits for, for dumps: on the record's line written
+         * below anyway. */
+        f->wait_kind = (uint16_t)kind;
+        f->wait_obj = obj;
         f->stamp = s->r.stamp;
         f->wait = w;
         f->state = WEFT__F_BLOCKED;

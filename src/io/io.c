@@ -101,7 +101,8 @@ static int op_wkind(const weft__opdesc *d)
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
 {
     weft_sched_t *s = weft__sched_tls();
-    weft__wait w;
+    /* Aligned: its two lines (see weft__wait), not three. */
+    weft__wait w __attribute__((aligned(64)));
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
     int rc = weft__op_start(&w, d, deadline);
     if (rc < 0)

@@ -53,7 +53,9 @@ static weft__wb *wb_get(weft__io *io)
         io->wb_free = wb->next;
         return wb;
     }
-    wb = malloc(sizeof *wb);
+    /* 64-byte aligned: its wait on two lines (see weft__wait). */
+    void *mem = NULL;
+    wb = posix_memalign(&mem, 64, sizeof *wb) == 0 ? mem : NULL;
     if (wb) {
         io->wb_fini = weft__wb_fini;
         wb->io = io;

@@ -278,6 +278,17 @@ static inline uint64_t ud_of(weft__wait *w, void *rec)
 {
     return rec == (void *)w ? (uint64_t)(uintptr_t)w | IN_WAIT : (uint64_t)(uintptr_t)rec;
 }
+/* The list of waits whose cancel waits for room (urstate.wcancels) runs
+ * through their timers' links (see weft__wait.op_code). */
+static inline weft__wait *wcancel_next(const weft__wait *w)
+{
+    return w->timer.pnext ? weft__container(w->timer.pnext, weft__wait, timer) : NULL;
+}
+static inline void wcancel_set_next(weft__wait *w, weft__wait *next)
+{
+    w->timer.pnext = next ? &next->timer : NULL;
+}
+
 static bool pooled_op(const urstate *st, int op)
 {
 #ifdef WEFT_VALGRIND
@@ -430,7 +441,7 @@ static void ur_op_cancel(weft__reactor *r, weft__wait *w)
     } else if (rec == (void *)w) {
         /* No SQE to be had right now: the loop retries before it enters
          * the kernel again. */
-        w->op_next = st->wcancels;
+        wcancel_set_next(w, st->wcancels);
         st->wcancels = w;
         return;
     } else {
@@ -502,9 +513,13 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
         op = w->op_code;
         if (WEFT_UNLIKELY(st->wcancels != NULL)) {
             /* completed before its pending cancel went out: drop it */
-            for (weft__wait **pp = &st->wcancels; *pp; pp = &(*pp)->op_next)
-                if (*pp == w) {
-                    *pp = w->op_next;
+            weft__wait *prev = NULL;
+            for (weft__wait *x = st->wcancels; x; prev = x, x = wcancel_next(x))
+                if (x == w) {
+                    if (prev)
+                        wcancel_set_next(prev, wcancel_next(w));
+                    else
+                        st->wcancels = wcancel_next(w);
                     break;
                 }
         }
@@ -589,7 +604,7 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
         weft__wait *w = st->wcancels;
         if (!queue_cancel(r, (uint64_t)(uintptr_t)w | IN_WAIT))
             break;
-        st->wcancels = w->op_next;
+        st->wcancels = wcancel_next(w);
     }
     if (!st->wake_armed)
         arm_wake(r);

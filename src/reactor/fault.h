@@ -50,6 +50,8 @@ bool weft__fault_hit(const char *where);
 #define malloc(n) (weft__fault_hit(WEFT__FAULT_HERE) ? NULL : malloc(n))
 #define calloc(n, m) (weft__fault_hit(WEFT__FAULT_HERE) ? NULL : calloc(n, m))
 #define realloc(p, n) (weft__fault_hit(WEFT__FAULT_HERE) ? NULL : realloc(p, n))
+#define posix_memalign(p, a, n) \
+    (weft__fault_hit(WEFT__FAULT_HERE) ? ENOMEM : posix_memalign(p, a, n))
 #define mmap(a, l, p, f, d, o) \
     (weft__fault_hit(WEFT__FAULT_HERE) ? (errno = ENOMEM, MAP_FAILED) : mmap(a, l, p, f, d, o))
 #define eventfd(v, f) (weft__fault_hit(WEFT__FAULT_HERE) ? (errno = EMFILE, -1) : eventfd(v, f))

@@ -139,15 +139,19 @@ typedef struct weft__wait weft__wait;
  * when its completion arrives.
  */
 struct weft__wait {
+    /* First line (with a 64-byte aligned wait): what completing it reads
+     * and writes, the op's outcome included. */
     void (*wake)(weft__wait *w);
     void *owner;
+    weft__reactor *r;
+    void *op;          /* in-flight completion record (io_uring), or NULL;
+                          the wait itself when the backend keeps the
+                          record in it (op_code)                          */
     int result;
     int fd;            /* -1: no fd part                                   */
+    int op_res;        /* the op's own result (CQE res)                    */
     uint32_t events;   /* WEFT_READABLE|WEFT_WRITABLE|WEFT_PRIORITY        */
     uint32_t gen;      /* fd generation when linked                        */
-    weft__node fnode;  /* in its descriptor's list of waits             */
-    weft__timer timer;
-    weft__reactor *r;
     bool active;
     bool nocancel;     /* not ended by weft_cancel or timeout scopes: used
                           to wait for the CQE of an op being cancelled     */
@@ -160,20 +164,16 @@ struct weft__wait {
     uint8_t okind;     /* set by the client before arming: what the wait is
                           for (WEFT_OPK_ACCEPT, _CONNECT) + 1; 0: derived
                           from the op or the events                       */
-    uint16_t what_kind; /* for the client's dumps, set when it blocks (the
-                          fiber layer: WEFT__WK, weft_wait_kind_t and a
-                          direction); not read by the reactor              */
-    void *op;          /* in-flight completion record (io_uring), or NULL;
-                          the wait itself when the backend keeps the
-                          record in it (below)                            */
-    int op_res;        /* the op's own result (CQE res)                    */
-    /* The record of an op kept in the wait, for ops whose waiter waits
-     * for the completion (not polls): no pooled record, and the lines a
-     * request touches stay together. The backend's: the op and a link
-     * for its list of cancels waiting for room in the ring. */
+    /* The op, when its record is kept in the wait: for ops whose waiter
+     * waits for the completion (not polls), the backend needs no pooled
+     * record, and the lines a request touches stay together. While such
+     * an op's cancel waits for room in the ring, the backend lists the
+     * wait through timer.pnext: a wait that has ended has no timer armed,
+     * and one re-armed for the op's end (weft__op_rearm) arms none. */
     uint8_t op_code;
-    const void *what;  /* with what_kind: the object waited on             */
-    struct weft__wait *op_next;
+    /* Second line: the descriptor's list and the deadline. */
+    weft__node fnode;  /* in its descriptor's list of waits             */
+    weft__timer timer;
 };
 
 /* weft__wait.op_hint after an ACCEPT: whether more connections were queued
