@@ -77,6 +77,12 @@ struct conn {
     size_t in_cap; /* IN_SMALL, or srv->in_cap once a head outgrew that */
     char *in;      /* small_in, or a malloc'd buffer of in_cap bytes      */
     char small_in[IN_SMALL];
+    /* The request being answered: here rather than in conn_main's frame,
+     * whose 3 KiB (room for every header) pushed the frames of each read
+     * onto a second stack page; what a request touches of this struct
+     * (the fields above, the first bytes of small_in and of req) stays
+     * on its first page (conn_new). */
+    http_req req;
     char out[OUT_CAP];
 };
 
@@ -492,7 +498,7 @@ static void *conn_main(void *arg)
     http_srv *s = c->srv;
     const http_limits *lim = &s->o.limits;
     http_scan sc;
-    http_req req;
+    http_req *const req = &c->req;
     size_t off = 0;       /* start of the current request in c->in */
     int64_t head_deadline = 0;
     int lingering = 0;
@@ -511,7 +517,7 @@ static void *conn_main(void *arg)
     for (;;) {
         /* Answer every complete request in the buffer. */
         while (off < c->inlen) {
-            int r = http_parse(&sc, c->in + off, c->inlen - off, lim, &req);
+            int r = http_parse(&sc, c->in + off, c->inlen - off, lim, req);
             if (r == 0) {
                 /* A head begun and not complete: from now on it has
                  * header_timeout to arrive (a clock read only for a head
@@ -528,26 +534,26 @@ static void *conn_main(void *arg)
             off += (size_t)r;
             http_scan_reset(&sc);
             head_deadline = 0;
-            int keep = req.keep_alive && !s->stopping;
+            int keep = req->keep_alive && !s->stopping;
             int ok = 0;
             if (keep && !c->nodelay)
                 set_nodelay(c);
-            if (req.method == HTTP_M_OTHER || req.method == HTTP_M_UNKNOWN) {
-                put_error(c, req.method == HTTP_M_OTHER ? 405 : 501);
+            if (req->method == HTTP_M_OTHER || req->method == HTTP_M_UNKNOWN) {
+                put_error(c, req->method == HTTP_M_OTHER ? 405 : 501);
                 lingering = 1;
                 goto out;
             }
             const char *tp;
             size_t tn;
-            target_path(&req, &tp, &tn);
+            target_path(req, &tp, &tn);
             if (tn == 1 && tp[0] == '/') {
                 /* The hot path: a prebuilt response, one memcpy. */
                 date_line(s);
-                int v = conn_variant(keep, req.version_minor);
+                int v = conn_variant(keep, req->version_minor);
                 size_t len = s->hello_len[v];
-                if (req.method == HTTP_M_HEAD)
+                if (req->method == HTTP_M_HEAD)
                     len -= sizeof HELLO - 1;
-                if (c->outlen == 0 && c->inlen - off == req.content_length) {
+                if (c->outlen == 0 && c->inlen - off == req->content_length) {
                     /* The one answer to this read (nothing pipelined
                      * behind it): sent from the prebuilt bytes, which
                      * write-behind copies, rather than copied to c->out
@@ -561,17 +567,17 @@ static void *conn_main(void *arg)
                 }
                 count_status(s, 200);
             } else {
-                ok = serve_file(c, &req, keep);
+                ok = serve_file(c, req, keep);
             }
             if (ok < 0)
                 goto out;
             /* A body we do not use (GET with Content-Length): skip it. */
             uint64_t avail = c->inlen - off;
-            if (req.content_length <= avail) {
-                off += (size_t)req.content_length;
+            if (req->content_length <= avail) {
+                off += (size_t)req->content_length;
             } else {
                 off = c->inlen;
-                if (discard_body(c, req.content_length - avail) < 0)
+                if (discard_body(c, req->content_length - avail) < 0)
                     goto out;
             }
             if (!keep) {
@@ -640,6 +646,14 @@ out:
     return NULL;
 }
 
+/* A connection's memory, page-aligned so that its hot fields and the
+ * first bytes of its buffers share one page (one TLB entry a request). */
+static conn *conn_new(void)
+{
+    size_t page = 4096, size = (sizeof(conn) + page - 1) & ~(page - 1);
+    return aligned_alloc(page, size);
+}
+
 static void *accept_main(void *arg)
 {
     http_srv *s = arg;
@@ -659,7 +673,7 @@ static void *accept_main(void *arg)
         /* Responses up to a few KiB leave without the connection's fiber
          * being resumed for the send's completion (io_uring). */
         weft_write_behind(fd, 1);
-        conn *c = malloc(sizeof *c);
+        conn *c = conn_new();
         if (!c) {
             weft_close(fd);
             continue;
