@@ -98,6 +98,21 @@ static int op_wkind(const weft__opdesc *d)
  * read on every call): one that has passed already makes the timer fire
  * in the poll that submits the op, which cancels it unless it completed
  * inside that submission — the same single attempt. */
+/* A started op's wait on @fd (weft__block's @wk): block until it ends,
+ * then until its op has; the merged result (weft__op_result). */
+static inline ssize_t op_wait(weft__wait *w, int wk, int fd, uint8_t *hint)
+{
+    int why = weft__block(w, wk, WEFT__FDOBJ(fd));
+    while (weft__op_pending(w)) {
+        /* Ended first: the kernel may still use the caller's buffer. */
+        weft__op_rearm(w);
+        weft__block(w, wk, WEFT__FDOBJ(fd));
+    }
+    if (hint)
+        *hint = w->op_hint;
+    return weft__op_result(w, why);
+}
+
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
 {
     weft_sched_t *s = weft__sched_tls();
@@ -107,15 +122,22 @@ ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
     int rc = weft__op_start(&w, d, deadline);
     if (rc < 0)
         return rc;
-    int why = weft__block(&w, op_wkind(d), WEFT__FDOBJ(d->fd));
-    while (weft__op_pending(&w)) {
-        /* Ended first: the kernel may still use the caller's buffer. */
-        weft__op_rearm(&w);
-        weft__block(&w, op_wkind(d), WEFT__FDOBJ(d->fd));
-    }
-    if (hint)
-        *hint = w.op_hint;
-    return weft__op_result(&w, why);
+    return op_wait(&w, op_wkind(d), d->fd, hint);
+}
+
+/* weft__io_op for an op of one buffer at the file position or on a
+ * socket (weft__op_start_buf): every request's read and answer. */
+static ssize_t io_op_buf(int op, int fd, void *buf, size_t len, int flags,
+                         int64_t deadline)
+{
+    weft_sched_t *s = weft__sched_tls();
+    weft__wait w __attribute__((aligned(64)));
+    weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
+    int rc = weft__op_start_buf(&w, op, fd, buf, len, flags, deadline);
+    if (rc < 0)
+        return rc;
+    bool rd = op == WEFT__OP_RECV || op == WEFT__OP_READ;
+    return op_wait(&w, WEFT__WK(WEFT_WAIT_FD, rd ? WEFT_READABLE : WEFT_WRITABLE), fd, NULL);
 }
 
 static int ensure_nonblock(int fd)
@@ -216,18 +238,28 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
 /* Run @d, a completion op on @fd, until it is done: again after -EINTR, and
  * after a readiness wait for @ready on -EAGAIN (an older kernel that will
  * not wait on O_NONBLOCK files). */
+/* After a completion op on @fd ended with *@n: whether to run it again
+ * (-EINTR; -EAGAIN, once @fd is ready for @ready), else *@n stays, or
+ * becomes why the readiness wait failed. */
+static inline bool op_again(ssize_t *n, int fd, uint32_t ready, int64_t deadline)
+{
+    if (*n == -EINTR)
+        return true;
+    if (*n != -EAGAIN)
+        return false;
+    int rc = weft__io_wait(fd, ready, deadline);
+    if (rc < 0)
+        *n = rc;
+    return rc >= 0;
+}
+
 static ssize_t op_until_done(const weft__opdesc *d, uint32_t ready, int64_t deadline)
 {
-    for (;;) {
-        ssize_t n = weft__io_op(d, deadline, NULL);
-        if (n == -EINTR)
-            continue;
-        if (n != -EAGAIN)
-            return n;
-        int rc = weft__io_wait(d->fd, ready, deadline);
-        if (rc < 0)
-            return rc;
-    }
+    ssize_t n;
+    do
+        n = weft__io_op(d, deadline, NULL);
+    while (op_again(&n, d->fd, ready, deadline));
+    return n;
 }
 
 /* After a system call on @fd that failed (errno set): 0 = call it again
@@ -278,16 +310,32 @@ static int rw_begin(int fd, int64_t deadline, bool socket_only, int cnt,
     return kind;
 }
 
+/* The common case of rw_begin: a socket this thread's tables reach and
+ * whose kind is known, in a fiber not cancelled and without a timeout
+ * scope, with a valid deadline — the checks of weft__io_begin without
+ * its slow parts (rw_begin makes them, and reports errors, otherwise). */
+static inline bool sock_known(const weft_sched_t *s, int fd, int64_t deadline)
+{
+    if (WEFT_UNLIKELY(!s) || fd < 0 || fd >= s->r.nfds || !s->io || fd >= s->io->nfds)
+        return false;
+    const weft__fiber *f = s->current;
+    return !f->is_main && !f->cancelled && f->scope_deadline == 0 && deadline >= -1 &&
+           s->r.fds[fd].kind == WEFT__FD_SOCKET;
+}
+
 /* Run @op on @cnt buffers as a completion op (see op_until_done). */
 static ssize_t rw_by_op(int op, int fd, const struct iovec *iov, int cnt,
                         int flags, uint32_t ready, int64_t deadline)
 {
+    if (cnt == 1) { /* RECV, SEND, READ, WRITE: the path for one buffer */
+        ssize_t n;
+        do
+            n = io_op_buf(op, fd, iov[0].iov_base, iov[0].iov_len, flags, deadline);
+        while (op_again(&n, fd, ready, deadline));
+        return n;
+    }
     weft__opdesc d = {.op = op, .fd = fd, .flags = flags, .off = -1,
                       .iov = iov, .iovcnt = cnt};
-    if (cnt == 1) {
-        d.buf = iov[0].iov_base;
-        d.len = iov[0].iov_len;
-    }
     return op_until_done(&d, ready, deadline);
 }
 
@@ -341,13 +389,18 @@ static ssize_t sock_read(weft_sched_t *s, int fd, const struct iovec *iov,
 static ssize_t do_read(int fd, const struct iovec *iov, int cnt, int flags,
                        int64_t deadline, bool socket_only)
 {
-    int op, kind = rw_begin(fd, deadline, socket_only, cnt, read_op, &op);
-    if (kind < 0)
+    weft_sched_t *s = weft__sched_tls();
+    int op, kind;
+    if (WEFT_LIKELY(sock_known(s, fd, deadline))) {
+        kind = WEFT__FD_SOCKET;
+        op = read_op(kind, cnt);
+    } else if ((kind = rw_begin(fd, deadline, socket_only, cnt, read_op, &op)) < 0) {
         return kind;
-    if (kind != WEFT__FD_FILE && weft__io_use_op(kind, op, deadline))
+    }
+    if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
     if (kind == WEFT__FD_SOCKET)
-        return sock_read(weft__sched_tls(), fd, iov, cnt, flags, deadline);
+        return sock_read(s, fd, iov, cnt, flags, deadline);
     for (;;) {
         ssize_t n = readv(fd, iov, cnt);
         if (n >= 0)
@@ -376,17 +429,21 @@ static ssize_t sock_send(int fd, const struct iovec *iov, int cnt, int flags)
 static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
                         int64_t deadline, bool socket_only)
 {
-    int op, kind = rw_begin(fd, deadline, socket_only, cnt, write_op, &op);
-    if (kind < 0)
-        return kind;
     weft_sched_t *s = weft__sched_tls();
+    int op, kind;
+    if (WEFT_LIKELY(sock_known(s, fd, deadline))) {
+        kind = WEFT__FD_SOCKET;
+        op = write_op(kind, cnt);
+    } else if ((kind = rw_begin(fd, deadline, socket_only, cnt, write_op, &op)) < 0) {
+        return kind;
+    }
     const weft__iofd *io = weft__iofd_at(s, fd);
     if (WEFT_UNLIKELY(io->wb_on || io->wb || io->wb_err)) {
         ssize_t n = weft__wb_write(s->io, fd, iov, cnt, flags, deadline);
         if (n != WEFT__WB_PASS)
             return n;
     }
-    if (kind != WEFT__FD_FILE && weft__io_use_op(kind, op, deadline))
+    if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_WRITABLE, deadline);
     for (;;) {
         ssize_t n = kind == WEFT__FD_SOCKET ? sock_send(fd, iov, cnt, flags)

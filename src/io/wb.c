@@ -169,14 +169,13 @@ static int wb_submit(weft__reactor *r, weft__wb *wb, bool poll)
     weft__wait_init(&wb->w, r, wb_wake, wb);
     wb->polling = poll;
     int rc = wb_note_fresh(r, wb);
-    if (rc == 0) {
-        weft__opdesc d = {.op = WEFT__OP_SEND, .fd = wb->fd, .off = -1,
-                          .flags = MSG_DONTWAIT,
-                          .buf = wb->buf + wb->off, .len = wb->len - wb->off};
-        if (poll)
-            d = (weft__opdesc){.op = WEFT__OP_POLL, .fd = wb->fd, .off = -1,
-                               .events = WEFT_WRITABLE};
+    if (rc == 0 && poll) {
+        weft__opdesc d = {.op = WEFT__OP_POLL, .fd = wb->fd, .off = -1,
+                          .events = WEFT_WRITABLE};
         rc = weft__wait_arm_op(&wb->w, &d);
+    } else if (rc == 0) {
+        rc = weft__wait_arm_buf(&wb->w, WEFT__OP_SEND, wb->fd, wb->buf + wb->off,
+                                wb->len - wb->off, MSG_DONTWAIT);
     }
     if (rc < 0) {
         wb->w.wake = wb_nop;

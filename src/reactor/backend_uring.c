@@ -411,6 +411,43 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     return 0;
 }
 
+/* ur_op_submit for the ops of one buffer (see weft__backend_ops.op_buf):
+ * a record in the wait, and the SQE filled in place. */
+static int ur_op_buf(weft__reactor *r, weft__wait *w, int op, int fd, void *buf,
+                     size_t len, int flags)
+{
+#ifdef WEFT_VALGRIND
+    if (WEFT_UNLIKELY(S(r)->on_valgrind)) { /* a pooled record: see pooled_op */
+        weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = -1,
+                          .flags = flags};
+        return ur_op_submit(r, w, &d);
+    }
+#endif
+    struct io_uring_sqe *sqe = get_sqe(r);
+    if (!sqe)
+        return -EAGAIN;
+    unsigned n = len > 0x7ffff000 ? 0x7ffff000 : (unsigned)len; /* see ur_op_submit */
+    switch (op) {
+    case WEFT__OP_RECV:
+        io_uring_prep_recv(sqe, fd, buf, n, flags);
+        break;
+    case WEFT__OP_SEND:
+        io_uring_prep_send(sqe, fd, buf, n, flags | MSG_NOSIGNAL);
+        break;
+    case WEFT__OP_READ:
+        io_uring_prep_read(sqe, fd, buf, n, (uint64_t)-1);
+        break;
+    default:
+        io_uring_prep_write(sqe, fd, buf, n, (uint64_t)-1);
+        break;
+    }
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)w | IN_WAIT);
+    w->op_code = (uint8_t)op;
+    w->op = w;
+    r->ops_inflight++;
+    return 0;
+}
+
 static bool queue_cancel(weft__reactor *r, uint64_t ud)
 {
     struct io_uring_sqe *sqe = get_sqe(r);
@@ -668,6 +705,7 @@ const weft__backend_ops weft__backend_uring = {
     .op_cancel = ur_op_cancel,
     .fd_wait = ur_fd_wait,
     .op_ok = ur_op_ok,
+    .op_buf = ur_op_buf,
 };
 
 #endif /* WEFT_HAVE_URING */

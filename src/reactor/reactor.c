@@ -258,6 +258,33 @@ int weft__op_start(weft__wait *w, const weft__opdesc *d, int64_t deadline)
     return rc;
 }
 
+int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
+{
+    weft__reactor *r = w->r;
+    if (WEFT_UNLIKELY(!w->active || !r->ops->op_buf)) {
+        weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = -1,
+                          .flags = flags};
+        return weft__wait_arm_op(w, &d);
+    }
+    count_sub(r, w, (unsigned)op);
+    int rc = r->ops->op_buf(r, w, op, fd, buf, len, flags);
+    if (rc < 0)
+        return rc;
+    fd_link(r, w, fd, 0);
+    return 0;
+}
+
+int weft__op_start_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags,
+                       int64_t deadline)
+{
+    int rc = weft__wait_arm_later(w, deadline);
+    if (rc == 0)
+        rc = weft__wait_arm_buf(w, op, fd, buf, len, flags);
+    if (rc < 0)
+        weft__wait_complete(w, rc);
+    return rc;
+}
+
 void weft__op_rearm(weft__wait *w)
 {
     /* Completed (so unlinked from its timer and descriptor), its op being

@@ -314,6 +314,12 @@ typedef struct weft__backend_ops {
      * runs as a completion op; otherwise the client makes the system call
      * and waits for readiness on EAGAIN. */
     bool (*op_ok)(int kind, int op);
+    /* Optional, with op_submit: the same for the ops of one buffer at the
+     * file position or on a socket (WEFT__OP_READ, _WRITE, _RECV, _SEND:
+     * every request's read and answer), without an opdesc to fill in and
+     * decode. */
+    int (*op_buf)(weft__reactor *r, weft__wait *w, int op, int fd, void *buf,
+                  size_t len, int flags);
 } weft__backend_ops;
 
 /* The members every backend has, named by one rule: backend @p's state
@@ -539,6 +545,13 @@ static inline bool weft__op_pending(const weft__wait *w) { return w->op != NULL;
 void weft__op_rearm(weft__wait *w);
 /* @why: the result the wait first ended with. */
 int weft__op_result(const weft__wait *w, int why);
+/* weft__wait_arm_op and weft__op_start for an op of one buffer
+ * (WEFT__OP_READ, _WRITE at the file position, _RECV, _SEND with @flags):
+ * the same, by the backend's path for those (op_buf), on a descriptor the
+ * table reaches. */
+int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags);
+int weft__op_start_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags,
+                       int64_t deadline);
 
 /* What @fd is (WEFT__FD_SOCKET, FILE, FIFO or OTHER), learnt with one
  * fstat per life of the descriptor and kept; -errno if @fd is not open,
