@@ -258,14 +258,21 @@ int weft__op_start(weft__wait *w, const weft__opdesc *d, int64_t deadline)
     return rc;
 }
 
+/* weft__wait_arm_buf by the general path (an ended wait, a backend
+ * without op_buf). Out of line: its opdesc would sit in every frame. */
+static __attribute__((noinline)) int arm_buf_general(weft__wait *w, int op, int fd,
+                                                     void *buf, size_t len, int flags)
+{
+    weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = -1,
+                      .flags = flags};
+    return weft__wait_arm_op(w, &d);
+}
+
 int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
 {
     weft__reactor *r = w->r;
-    if (WEFT_UNLIKELY(!w->active || !r->ops->op_buf)) {
-        weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = -1,
-                          .flags = flags};
-        return weft__wait_arm_op(w, &d);
-    }
+    if (WEFT_UNLIKELY(!w->active || !r->ops->op_buf))
+        return arm_buf_general(w, op, fd, buf, len, flags);
     count_sub(r, w, (unsigned)op);
     int rc = r->ops->op_buf(r, w, op, fd, buf, len, flags);
     if (rc < 0)
