@@ -60,9 +60,18 @@ struct http_srv {
      * Connection header variant (none, keep-alive, close). */
     char hello[3][256];
     size_t hello_len[3];
-    /* Sends straight from hello[] not yet returned: while there are any,
-     * the date (and hello[]) is not rebuilt under them. */
-    int hello_sending;
+    /* Copies of hello[] that a lone answer is sent from directly (see
+     * conn_main), each with the second it was made in and the sends from
+     * it not yet returned: a copy with sends in flight is never rewritten
+     * (a send that blocks may leave the kernel reading it). When the date
+     * changes, hello[] is rebuilt and copied into a copy without sends;
+     * while none is free, answers are copied from hello[] instead. */
+    struct {
+        char resp[3][256];
+        time_t at;
+        int sending;
+    } direct[2];
+    int direct_cur;
 };
 
 struct conn {
@@ -153,7 +162,7 @@ static const char *const CONN_HDR[3] = {"", "Connection: keep-alive\r\n",
 static const char *date_line(http_srv *s)
 {
     time_t t = time(NULL);
-    if (t != s->date_at && s->hello_sending == 0) {
+    if (t != s->date_at) {
         struct tm tm;
         gmtime_r(&t, &tm);
         strftime(s->date, sizeof s->date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n",
@@ -166,6 +175,12 @@ static const char *date_line(http_srv *s)
                              "%s\r\n%s",
                              s->date, sizeof HELLO - 1, CONN_HDR[i], HELLO);
             s->hello_len[i] = n > 0 ? (size_t)n : 0;
+        }
+        int d = s->direct[s->direct_cur].sending == 0 ? s->direct_cur : 1 - s->direct_cur;
+        if (s->direct[d].sending == 0) {
+            memcpy(s->direct[d].resp, s->hello, sizeof s->hello);
+            s->direct[d].at = t;
+            s->direct_cur = d;
         }
     }
     return s->date;
@@ -553,15 +568,17 @@ static void *conn_main(void *arg)
                 size_t len = s->hello_len[v];
                 if (req->method == HTTP_M_HEAD)
                     len -= sizeof HELLO - 1;
-                if (c->outlen == 0 && c->inlen - off == req->content_length) {
+                if (c->outlen == 0 && c->inlen - off == req->content_length &&
+                    s->direct[s->direct_cur].at == s->date_at) {
                     /* The one answer to this read (nothing pipelined
-                     * behind it): sent from the prebuilt bytes, which
-                     * write-behind copies, rather than copied to c->out
-                     * first. */
-                    s->hello_sending++;
-                    ok = send_all(c, s->hello[v], len,
+                     * behind it): sent from a copy of the prebuilt bytes,
+                     * which write-behind copies, rather than copied to
+                     * c->out first. */
+                    int d = s->direct_cur;
+                    s->direct[d].sending++;
+                    ok = send_all(c, s->direct[d].resp[v], len,
                                   weft_loop_deadline_in(s->o.io_timeout_ns));
-                    s->hello_sending--;
+                    s->direct[d].sending--;
                 } else {
                     put_body(c, s->hello[v], len);
                 }

@@ -16,6 +16,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define SEC 1000000000LL
 #define DL() weft_deadline_in(20 * SEC)
@@ -23,6 +24,7 @@
 static int port;          /* the server the current check talks to */
 static http_srv *srv;     /* short timeouts: 408 and idle checks      */
 static http_srv *srv2;    /* default timeouts: the graceful-stop check */
+static http_srv *srv3;    /* small socket buffers: date_while_stalled */
 static int port1, port2;
 static char root[64];
 
@@ -248,6 +250,69 @@ static void slow_clients(void)
     still_up();
 }
 
+/* The Date header while another client's answer is stuck: a client that
+ * sends lone requests (one per read of the server: the answer is sent
+ * straight from the prebuilt response) and never reads leaves its
+ * connection's fiber blocked sending an answer; the server's answers to
+ * everyone else must still carry the current date. A server of its own,
+ * with small socket buffers, so that the stall comes soon. */
+static void date_while_stalled(void)
+{
+    int small = 2048;
+    int lfd = weft_tcp_listen("127.0.0.1", 0, 0, 1);
+    CHECK(lfd >= 0);
+    CHECK_EQ(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(lfd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    CHECK_EQ(http_srv_start(&srv3, lfd, NULL), 0);
+    int saved = port;
+    port = weft_local_port(lfd);
+    int hog = connect_srv();
+    CHECK_EQ(setsockopt(hog, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    CHECK_EQ(setsockopt(hog, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    static const char rq[] = "GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    /* One request, then a turn of the loop for the server to read it
+     * alone; until twenty turns in a row found no room: the server reads
+     * no more, its fiber for this client is blocked sending. */
+    size_t off = 0;
+    for (int stuck = 0; stuck < 20;) {
+        ssize_t k = weft_send(hog, rq + off, sizeof rq - 1 - off, 0, 0);
+        if (k == -EAGAIN) {
+            stuck++;
+        } else {
+            CHECK(k > 0);
+            off = (off + (size_t)k) % (sizeof rq - 1);
+            stuck = 0;
+            if (off != 0)
+                continue; /* the rest of this request first */
+        }
+        weft_sleep(SEC / 1000);
+    }
+    /* Two seconds of the clock later, a new client's answer. */
+    time_t t0 = time(NULL);
+    while (time(NULL) < t0 + 2)
+        weft_sleep(SEC / 20);
+    time_t before = time(NULL);
+    static rd r;
+    r.fd = connect_srv();
+    r.have = 0;
+    send_str(r.fd, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 27);
+    while (!memmem(r.buf, r.have, "\r\n\r\n", 4)) { /* the head */
+        ssize_t n = weft_recv(r.fd, r.buf + r.have, sizeof r.buf - r.have, 0, DL());
+        CHECK(n > 0);
+        r.have += (size_t)n;
+    }
+    CHECK(memcmp(r.buf, "HTTP/1.1 200 ", 13) == 0);
+    const char *d = hdr(r.buf, r.have, "Date: ");
+    CHECK(d != NULL);
+    struct tm tm = {0};
+    CHECK(strptime(d, "%a, %d %b %Y %H:%M:%S GMT", &tm) != NULL);
+    CHECK(timegm(&tm) >= before);
+    weft_close(r.fd);
+    weft_close(hog);
+    http_srv_stop(srv3);
+    port = saved;
+}
+
 /* Pipelining: 60 requests in one write (GET /, HEAD /, GET /missing in
  * turn, the last asking to close), answered in order. */
 static void pipelining(void)
@@ -452,6 +517,7 @@ static void *main_fiber(void *arg)
 
     bad_inputs();
     slow_clients();
+    date_while_stalled();
     pipelining();
     concurrent();
     static_files();
@@ -483,6 +549,7 @@ int main(void)
     http_srv_get_stats(srv2, &st);
     CHECK_EQ(st.open, 0);
     http_srv_free(srv2);
+    http_srv_free(srv3);
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
