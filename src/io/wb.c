@@ -151,7 +151,9 @@ static void wb_arm_fresh(void *arg)
     io->s->r.hook_pending = 0;
     for (uint32_t i = 0; i < n; i++) {
         weft__wb *wb = io->wb_fresh[i];
-        if (wb->w.active && wb->w.timer.idx == WEFT__TIMER_IDLE &&
+        /* Not a wait re-armed for the end of a send it gave up on
+         * (nocancel): only that completion may end it. */
+        if (wb->w.active && !wb->w.nocancel && wb->w.timer.idx == WEFT__TIMER_IDLE &&
             weft__wait_arm_later(&wb->w, wb->deadline) < 0)
             weft__wait_complete(&wb->w, -ENOMEM);
     }

@@ -638,6 +638,11 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
     int rc = 0;
     /* Work that found the SQ full earlier: pending cancels, the
      * cross-thread wake-up poll, posts seen during an inner reap. */
+    /* No reaping inside get_sqe meanwhile (inner): a completion reaped
+     * there would unlink the head being sent, or the one after it, from
+     * under these loops, and a record reused since would be cancelled. */
+    bool was_inner = st->inner;
+    st->inner = true;
     while (st->cancels) {
         uop *u = st->cancels;
         if (!queue_cancel(r, (uint64_t)(uintptr_t)u))
@@ -650,6 +655,7 @@ static int ur_poll(weft__reactor *r, int64_t timeout_ns)
             break;
         st->wcancels = wcancel_next(w);
     }
+    st->inner = was_inner;
     if (!st->wake_armed)
         arm_wake(r);
     if (st->wake_deferred) {
