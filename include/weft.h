@@ -100,11 +100,12 @@ int64_t weft_deadline_in(int64_t ns);
  * the loop's reading of the monotonic clock, without reading it again.
  *
  * In a fiber, or in a callback of a running weft_sched_run(): the clock
- * as the loop last read it,
- * which it does on every iteration that polls for events or has timers
- * (and on every 16th of the others), when the iteration begins and when
- * a wait for events ends. It is behind weft_now() by as long as fibers
- * have run since, on a busy thread about one round of the ready fibers.
+ * as the loop last read it, which it does on every iteration that polls
+ * for events or has timers (and on every 16th of the others), when the
+ * iteration begins and when a wait for events ends; while fibers are
+ * ready the loop iterates every 64 switches. It is behind weft_now() by as
+ * long as fibers have run since: on a busy server a few dozen requests'
+ * worth, after a fiber that computed for a second, that second.
  * Reading it is a load where weft_now() is a clock read, a large part of
  * a short request's bookkeeping. Anywhere else (another thread, before or
  * after weft_sched_run()): weft_now(). Thread-safe.

@@ -34,10 +34,11 @@
 
 #define SEC 1000000000LL
 /* Per-connection buffers start small, as most requests and responses
- * are: a connection costs ~6 KiB (plus its fiber's stack) instead of the
- * 33 KiB of buffers sized for the worst case, and with 1,000 connections
- * the bytes each request touches stay in two pages rather than four. A
- * head that outgrows IN_SMALL moves to a buffer of the full limit. */
+ * are: a connection costs 12 KiB (its buffers and the request, page
+ * aligned; plus its fiber's stack) instead of the 33 KiB of buffers sized
+ * for the worst case, and with 1,000 connections the bytes each request
+ * touches stay in one page of it. A head that outgrows IN_SMALL moves to
+ * a buffer of the full limit. */
 #define IN_SMALL 2048
 #define OUT_CAP 4096
 #define OUT_FLUSH_AT (OUT_CAP - 2048) /* room for one more small response */
