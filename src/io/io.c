@@ -386,8 +386,12 @@ static ssize_t sock_read(weft_sched_t *s, int fd, const struct iovec *iov,
  * under the kernel's lock, where a ring op reads it when it starts and
  * stores it when it ends (two at once read the same bytes, or overwrite
  * each other's when writing). weft_pread()/weft_pwrite() stay ring ops. */
-static ssize_t do_read(int fd, const struct iovec *iov, int cnt, int flags,
-                       int64_t deadline, bool socket_only)
+/* Inlined into each caller: one frame less under a fiber parked in a
+ * read (each line of a parked stack is a miss again when it resumes, at
+ * a thousand connections). */
+static inline __attribute__((always_inline)) ssize_t
+do_read(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
+        bool socket_only)
 {
     weft_sched_t *s = weft__sched_tls();
     int op, kind;
@@ -426,8 +430,9 @@ static ssize_t sock_send(int fd, const struct iovec *iov, int cnt, int flags)
  * behind), then the op the backend prefers, else the system call and a
  * readiness wait when it would block (a regular file: the system call, see
  * do_read). */
-static ssize_t do_write(int fd, const struct iovec *iov, int cnt, int flags,
-                        int64_t deadline, bool socket_only)
+static inline __attribute__((always_inline)) ssize_t
+do_write(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
+         bool socket_only)
 {
     weft_sched_t *s = weft__sched_tls();
     int op, kind;
