@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -351,10 +352,31 @@ static int open_below(int dirfd, const char *path)
     if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
         return fd >= 0 ? (int)fd : -errno;
 #endif
-    /* Older kernels: ".." is already refused by target_to_path(); refuse
-     * symlinks in the last component at least. */
-    int fd2 = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
-    return fd2 >= 0 ? fd2 : -errno;
+    /* No openat2 (an older kernel, a seccomp filter, Valgrind): walk the
+     * path a component at a time, none of them followed if it is a
+     * symlink (O_NOFOLLOW: ELOOP), every one but the last a directory.
+     * ".." never gets here (target_to_path refuses it). */
+    char comp[NAME_MAX + 1];
+    int dir = dirfd;
+    const char *p = path;
+    for (;;) {
+        const char *sl = strchr(p, '/');
+        size_t n = sl ? (size_t)(sl - p) : strlen(p);
+        int fd2 = -1, e = ENAMETOOLONG;
+        if (n < sizeof comp) {
+            memcpy(comp, p, n);
+            comp[n] = '\0';
+            fd2 = openat(dir, comp, sl ? O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW
+                                      : O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
+            e = errno;
+        }
+        if (dir != dirfd)
+            close(dir);
+        if (fd2 < 0 || !sl)
+            return fd2 >= 0 ? fd2 : -e;
+        dir = fd2;
+        p = sl + 1;
+    }
 }
 
 /* sendfile(2) cannot take MSG_NOSIGNAL: keep SIGPIPE away from the process
