@@ -878,18 +878,20 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     return 0;
 }
 
-int64_t weft_loop_now(void)
+static inline int64_t loop_now(void)
 {
     const weft_sched_t *s = weft__tls_sched;
     return s && s->running ? s->r.stamp : weft_now();
 }
 
+int64_t weft_loop_now(void)
+{
+    return loop_now();
+}
+
 int64_t weft_loop_deadline_in(int64_t ns)
 {
-    const weft_sched_t *s = weft__tls_sched;
-    if (ns < 0)
-        return WEFT_FOREVER;
-    return weft__deadline_after(s && s->running ? s->r.stamp : weft_now(), ns);
+    return weft__deadline_after(ns < 0 ? 0 : loop_now(), ns);
 }
 
 weft_sched_t *weft_sched_self(void)

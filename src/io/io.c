@@ -294,10 +294,8 @@ static int write_op(int kind, int cnt)
 }
 
 /* The checks of weft__io_begin, then the kind of @fd (-ENOTSOCK if
- * @socket_only and it is not a socket), and in *@op the op (@op_for:
- * read_op or write_op) for @cnt buffers on it. */
-static int rw_begin(int fd, int64_t deadline, bool socket_only, int cnt,
-                    int (*op_for)(int, int), int *op)
+ * @socket_only and it is not a socket). */
+static int rw_kind(int fd, int64_t deadline, bool socket_only)
 {
     int kind = weft__io_begin(fd, deadline);
     if (kind < 0)
@@ -305,15 +303,13 @@ static int rw_begin(int fd, int64_t deadline, bool socket_only, int cnt,
     kind = weft__io_kind(fd);
     if (kind >= 0 && socket_only && kind != WEFT__FD_SOCKET)
         return -ENOTSOCK;
-    if (kind >= 0)
-        *op = op_for(kind, cnt);
     return kind;
 }
 
-/* The common case of rw_begin: a socket this thread's tables reach and
- * whose kind is known, in a fiber not cancelled and without a timeout
- * scope, with a valid deadline — the checks of weft__io_begin without
- * its slow parts (rw_begin makes them, and reports errors, otherwise). */
+/* rw_kind's common case: a socket this thread's tables reach and whose
+ * kind is known, in a fiber not cancelled and without a timeout scope,
+ * with a valid deadline — the checks of weft__io_begin without its slow
+ * parts (rw_kind makes them, and reports errors, otherwise). */
 static inline bool sock_known(const weft_sched_t *s, int fd, int64_t deadline)
 {
     if (WEFT_UNLIKELY(!s) || fd < 0 || fd >= s->r.nfds || !s->io || fd >= s->io->nfds)
@@ -321,6 +317,20 @@ static inline bool sock_known(const weft_sched_t *s, int fd, int64_t deadline)
     const weft__fiber *f = s->current;
     return !f->is_main && !f->cancelled && f->scope_deadline == 0 && deadline >= -1 &&
            s->r.fds[fd].kind == WEFT__FD_SOCKET;
+}
+
+/* How every read and write begins: the kind of @fd (rw_kind, sock_known
+ * first), and in *@op the op (@op_for: read_op or write_op) for @cnt
+ * buffers on it. */
+static inline __attribute__((always_inline)) int
+rw_begin(const weft_sched_t *s, int fd, int64_t deadline, bool socket_only, int cnt,
+         int (*op_for)(int, int), int *op)
+{
+    int kind = WEFT_LIKELY(sock_known(s, fd, deadline)) ? WEFT__FD_SOCKET
+                                                         : rw_kind(fd, deadline, socket_only);
+    if (kind >= 0)
+        *op = op_for(kind, cnt);
+    return kind;
 }
 
 /* Run @op on @cnt buffers as a completion op (see op_until_done). */
@@ -394,13 +404,9 @@ do_read(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
         bool socket_only)
 {
     weft_sched_t *s = weft__sched_tls();
-    int op, kind;
-    if (WEFT_LIKELY(sock_known(s, fd, deadline))) {
-        kind = WEFT__FD_SOCKET;
-        op = read_op(kind, cnt);
-    } else if ((kind = rw_begin(fd, deadline, socket_only, cnt, read_op, &op)) < 0) {
+    int op, kind = rw_begin(s, fd, deadline, socket_only, cnt, read_op, &op);
+    if (kind < 0)
         return kind;
-    }
     if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
     if (kind == WEFT__FD_SOCKET)
@@ -435,13 +441,9 @@ do_write(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
          bool socket_only)
 {
     weft_sched_t *s = weft__sched_tls();
-    int op, kind;
-    if (WEFT_LIKELY(sock_known(s, fd, deadline))) {
-        kind = WEFT__FD_SOCKET;
-        op = write_op(kind, cnt);
-    } else if ((kind = rw_begin(fd, deadline, socket_only, cnt, write_op, &op)) < 0) {
+    int op, kind = rw_begin(s, fd, deadline, socket_only, cnt, write_op, &op);
+    if (kind < 0)
         return kind;
-    }
     const weft__iofd *io = weft__iofd_at(s, fd);
     if (WEFT_UNLIKELY(io->wb_on || io->wb || io->wb_err)) {
         ssize_t n = weft__wb_write(s->io, fd, iov, cnt, flags, deadline);

@@ -307,6 +307,34 @@ static bool pooled_op(const urstate *st, int op)
     return op == WEFT__OP_POLL || op == WEFT__OP_RECVMSG || op == WEFT__OP_SENDMSG;
 }
 
+/* The SQE's length is 32 bits: a larger request becomes a short transfer
+ * (the kernel's own limit per call), which the API allows. */
+static inline unsigned sqe_len(size_t len)
+{
+    return len > 0x7ffff000 ? 0x7ffff000 : (unsigned)len;
+}
+
+/* Fill @sqe for an op of one buffer: RECV, SEND (without SIGPIPE), READ
+ * or WRITE at @off (-1: the file position). */
+static inline void prep_buf(struct io_uring_sqe *sqe, int op, int fd, void *buf,
+                            unsigned len, uint64_t off, int flags)
+{
+    switch (op) {
+    case WEFT__OP_RECV:
+        io_uring_prep_recv(sqe, fd, buf, len, flags);
+        break;
+    case WEFT__OP_SEND:
+        io_uring_prep_send(sqe, fd, buf, len, flags | MSG_NOSIGNAL);
+        break;
+    case WEFT__OP_READ:
+        io_uring_prep_read(sqe, fd, buf, len, off);
+        break;
+    default:
+        io_uring_prep_write(sqe, fd, buf, len, off);
+        break;
+    }
+}
+
 static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
 {
     urstate *st = S(r);
@@ -337,17 +365,16 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     }
 #endif
     uint64_t off = d->off < 0 ? (uint64_t)-1 : (uint64_t)d->off;
-    /* The SQE's length is 32 bits: a larger request becomes a short
-     * transfer (the kernel's own limit per call), which the API allows. */
-    size_t len = d->len > 0x7ffff000 ? 0x7ffff000 : d->len;
+    unsigned len = sqe_len(d->len);
     switch (d->op) {
     case WEFT__OP_READ:
-        io_uring_prep_read(sqe, d->fd, d->buf, (unsigned)len, off);
+    case WEFT__OP_RECV:
         VG_NOTE(u, vg_buf, d->buf);
         VG_NOTE(u, vg_len, len);
-        break;
+        /* fall through */
     case WEFT__OP_WRITE:
-        io_uring_prep_write(sqe, d->fd, d->buf, (unsigned)len, off);
+    case WEFT__OP_SEND:
+        prep_buf(sqe, d->op, d->fd, d->buf, len, off, d->flags);
         break;
     case WEFT__OP_READV:
         io_uring_prep_readv(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
@@ -356,14 +383,6 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
         break;
     case WEFT__OP_WRITEV:
         io_uring_prep_writev(sqe, d->fd, d->iov, (unsigned)d->iovcnt, off);
-        break;
-    case WEFT__OP_RECV:
-        io_uring_prep_recv(sqe, d->fd, d->buf, len, d->flags);
-        VG_NOTE(u, vg_buf, d->buf);
-        VG_NOTE(u, vg_len, len);
-        break;
-    case WEFT__OP_SEND:
-        io_uring_prep_send(sqe, d->fd, d->buf, len, d->flags | MSG_NOSIGNAL);
         break;
     case WEFT__OP_RECVMSG:
     case WEFT__OP_SENDMSG:
@@ -433,21 +452,7 @@ static int ur_op_buf(weft__reactor *r, weft__wait *w, int op, int fd, void *buf,
     struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe)
         return -EAGAIN;
-    unsigned n = len > 0x7ffff000 ? 0x7ffff000 : (unsigned)len; /* see ur_op_submit */
-    switch (op) {
-    case WEFT__OP_RECV:
-        io_uring_prep_recv(sqe, fd, buf, n, flags);
-        break;
-    case WEFT__OP_SEND:
-        io_uring_prep_send(sqe, fd, buf, n, flags | MSG_NOSIGNAL);
-        break;
-    case WEFT__OP_READ:
-        io_uring_prep_read(sqe, fd, buf, n, (uint64_t)-1);
-        break;
-    default:
-        io_uring_prep_write(sqe, fd, buf, n, (uint64_t)-1);
-        break;
-    }
+    prep_buf(sqe, op, fd, buf, sqe_len(len), (uint64_t)-1, flags);
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)w | IN_WAIT);
     w->op_code = (uint8_t)op;
     w->op = w;

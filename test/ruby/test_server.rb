@@ -579,22 +579,14 @@ class TestServer < Minitest::Test
     assert_match(%r{ERROR GET /abort: SystemExit: leaving\n}, errors_logged)
     assert_match(%r{ERROR GET /each: sending the response: SystemExit: exit\n}, errors_logged)
 
-    server = Weft::Server.new(app, bind: "tcp://127.0.0.1:0", log: LogIO.new, access_log: LogIO.new)
-    server.open_listeners
-    thread = Thread.new do
-      Thread.current.report_on_exception = false
-      server.run
-    end
+    server, thread = server_on_thread(app)
     sock = connect(server.ports.first)
     sock.write("GET /int HTTP/1.1\r\nHost: t\r\n\r\n")
     assert_raises(Interrupt, "#run did not return") { thread.join(GUARD) }
     assert closed_by_server?(sock)
   ensure
     sock&.close
-    if thread&.alive?
-      thread.kill
-      thread.join(1)
-    end
+    kill_thread(thread)
   end
 
   # The app's code that runs while its response is sent (headers#each,
@@ -968,13 +960,7 @@ class TestServer < Minitest::Test
       release.pop
       [200, { "content-type" => "text/plain" }, ["late"]]
     end
-    server = Weft::Server.new(app, bind: "tcp://127.0.0.1:0", log: ServerTestHelper::LogIO.new,
-                                   access_log: ServerTestHelper::LogIO.new)
-    server.open_listeners
-    thread = Thread.new do
-      Thread.current.report_on_exception = false
-      server.run
-    end
+    server, thread = server_on_thread(app)
     sock = connect(server.ports.first)
     sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
     entered.pop
@@ -985,10 +971,7 @@ class TestServer < Minitest::Test
     assert closed_by_server?(sock)
   ensure
     sock&.close
-    if thread&.alive?
-      thread.kill
-      thread.join(1)
-    end
+    kill_thread(thread)
   end
 
   def test_shutdown_timeout_stops_fibers_and_runs_ensure

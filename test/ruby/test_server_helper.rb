@@ -51,19 +51,36 @@ module ServerTestHelper
     server = Weft::Server.new(app, bind: bind, log: @errors, access_log: @access, **options)
     server.open_listeners
     @server = server
-    thread = Thread.new do
-      Thread.current.report_on_exception = false
-      server.run
-    end
+    thread = run_on_thread(server)
     yield server.ports.first, server
     server.stop
     assert thread.join(GUARD), "the server did not stop"
     thread.value
   ensure
-    if thread&.alive?
-      thread.kill
-      thread.join(1)
+    kill_thread(thread)
+  end
+
+  # A thread running +server+ (#run), its exception kept for join.
+  def run_on_thread(server)
+    Thread.new do
+      Thread.current.report_on_exception = false
+      server.run
     end
+  end
+
+  # A server for +app+ on a port of its own, logs unread, running on a
+  # thread the test ends itself: [server, thread].
+  def server_on_thread(app)
+    server = Weft::Server.new(app, bind: "tcp://127.0.0.1:0", log: LogIO.new, access_log: LogIO.new)
+    server.open_listeners
+    [server, run_on_thread(server)]
+  end
+
+  # The end of a test whose server thread may still run (it failed).
+  def kill_thread(thread)
+    return unless thread&.alive?
+    thread.kill
+    thread.join(1)
   end
 
   # RUBYLIB for a child Ruby: where this process found weft.so (lib/, or
