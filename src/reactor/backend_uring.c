@@ -437,13 +437,24 @@ static int ur_op_submit(weft__reactor *r, weft__wait *w, const weft__opdesc *d)
     return 0;
 }
 
-/* ur_op_submit for the ops of one buffer (see weft__backend_ops.op_buf):
- * a record in the wait, and the SQE filled in place. */
-static int ur_op_buf(weft__reactor *r, weft__wait *w, int op, int fd, void *buf,
-                     size_t len, int flags)
+/* Fill @sqe for a one-buffer op of @w (see ur_op_buf). */
+static inline void op_buf_fill(weft__reactor *r, weft__wait *w, struct io_uring_sqe *sqe,
+                               int op, int fd, void *buf, size_t len, int flags)
+{
+    prep_buf(sqe, op, fd, buf, sqe_len(len), (uint64_t)-1, flags);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)w | IN_WAIT);
+    w->op_code = (uint8_t)op;
+    w->op = w;
+    r->ops_inflight++;
+}
+
+/* ur_op_buf when the SQ is full (get_sqe_slow), under Valgrind (a pooled
+ * record: see pooled_op) or in the fault build. */
+static __attribute__((noinline)) int op_buf_slow(weft__reactor *r, weft__wait *w, int op,
+                                                 int fd, void *buf, size_t len, int flags)
 {
 #ifdef WEFT_VALGRIND
-    if (WEFT_UNLIKELY(S(r)->on_valgrind)) { /* a pooled record: see pooled_op */
+    if (S(r)->on_valgrind) {
         weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = -1,
                           .flags = flags};
         return ur_op_submit(r, w, &d);
@@ -452,11 +463,30 @@ static int ur_op_buf(weft__reactor *r, weft__wait *w, int op, int fd, void *buf,
     struct io_uring_sqe *sqe = get_sqe(r);
     if (!sqe)
         return -EAGAIN;
-    prep_buf(sqe, op, fd, buf, sqe_len(len), (uint64_t)-1, flags);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)w | IN_WAIT);
-    w->op_code = (uint8_t)op;
-    w->op = w;
-    r->ops_inflight++;
+    op_buf_fill(r, w, sqe, op, fd, buf, len, flags);
+    return 0;
+}
+
+/* ur_op_submit for the ops of one buffer (see weft__backend_ops.op_buf):
+ * a record in the wait, and the SQE filled in place. Anything but a free
+ * SQE goes to op_buf_slow, so that this path saves no registers. */
+static int ur_op_buf(weft__reactor *r, weft__wait *w, int op, int fd, void *buf,
+                     size_t len, int flags)
+{
+    urstate *st = S(r);
+#ifdef WEFT_VALGRIND
+    if (WEFT_UNLIKELY(st->on_valgrind))
+        return op_buf_slow(r, w, op, fd, buf, len, flags);
+#endif
+#ifdef WEFT_FAULT
+    struct io_uring_sqe *sqe = NULL; /* every one by get_sqe, which may fail */
+    (void)st;
+#else
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
+#endif
+    if (WEFT_UNLIKELY(!sqe))
+        return op_buf_slow(r, w, op, fd, buf, len, flags);
+    op_buf_fill(r, w, sqe, op, fd, buf, len, flags);
     return 0;
 }
 

@@ -61,14 +61,14 @@ weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
     return &r->fds[fd];
 }
 
-static void fd_unlink(weft__reactor *r, weft__wait *w)
+static inline void fd_unlink(weft__reactor *r, weft__wait *w)
 {
     weft__list_remove(&r->fds[w->fd].waits, &w->fnode);
     int fd = w->fd;
     w->fd = -1;
     r->nfd_waits--;
     /* A wait without events (an op's) is in no backend's interest set. */
-    if (w->events)
+    if (WEFT_UNLIKELY(w->events))
         (void)r->ops->fd_update(r, fd);
 }
 
@@ -123,34 +123,10 @@ void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t d
 
 static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
 
-static void wait_timer_fired(weft__timer *t)
+void weft__wait_timer_fired(weft__timer *t)
 {
     weft__wait *w = (weft__wait *)((char *)t - offsetof(weft__wait, timer));
     weft__wait_complete(w, -ETIMEDOUT);
-}
-
-void weft__wait_init(weft__wait *w, weft__reactor *r,
-                     void (*wake)(weft__wait *), void *owner)
-{
-    w->wake = wake;
-    w->owner = owner;
-    w->result = 0;
-    w->fd = -1;
-    w->events = 0;
-    w->gen = 0;
-    w->fnode.next = w->fnode.prev = NULL;
-    w->timer.idx = WEFT__TIMER_IDLE;
-    w->timer.fire = wait_timer_fired;
-    w->r = r;
-    w->active = true;
-    w->nocancel = false;
-    w->op_done = false;
-    w->op_hint = WEFT__HINT_NONE;
-    w->op = NULL;
-    w->op_res = 0;
-    w->opk = 0;
-    w->okind = 0;
-    r->nwaits++;
 }
 
 int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
@@ -268,7 +244,8 @@ static __attribute__((noinline)) int arm_buf_general(weft__wait *w, int op, int 
     return weft__wait_arm_op(w, &d);
 }
 
-int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
+static inline __attribute__((always_inline)) int
+arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
 {
     weft__reactor *r = w->r;
     if (WEFT_UNLIKELY(!w->active || !r->ops->op_buf))
@@ -281,13 +258,20 @@ int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int
     return 0;
 }
 
+int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
+{
+    return arm_buf(w, op, fd, buf, len, flags);
+}
+
 int weft__op_start_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags,
                        int64_t deadline)
 {
-    int rc = weft__wait_arm_later(w, deadline);
+    int rc = 0;
+    if (deadline != WEFT_FOREVER && w->active) /* weft__wait_arm_later */
+        rc = weft__timer_arm(w->r, &w->timer, deadline);
     if (rc == 0)
-        rc = weft__wait_arm_buf(w, op, fd, buf, len, flags);
-    if (rc < 0)
+        rc = arm_buf(w, op, fd, buf, len, flags);
+    if (WEFT_UNLIKELY(rc < 0))
         weft__wait_complete(w, rc);
     return rc;
 }

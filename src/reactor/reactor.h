@@ -469,8 +469,30 @@ static inline int weft__expired(int64_t deadline)
 /* Wait lifecycle. weft__wait_init, then arm any of fd/deadline parts, then
  * the client blocks until wake() is called. A deadline that has come
  * completes the wait at once with weft__expired(deadline). */
-void weft__wait_init(weft__wait *w, weft__reactor *r,
-                     void (*wake)(weft__wait *), void *owner);
+void weft__wait_timer_fired(weft__timer *t);
+static inline void weft__wait_init(weft__wait *w, weft__reactor *r,
+                                   void (*wake)(weft__wait *), void *owner)
+{
+    w->wake = wake;
+    w->owner = owner;
+    w->result = 0;
+    w->fd = -1;
+    w->events = 0;
+    w->gen = 0;
+    w->fnode.next = w->fnode.prev = NULL;
+    w->timer.idx = WEFT__TIMER_IDLE;
+    w->timer.fire = weft__wait_timer_fired;
+    w->r = r;
+    w->active = true;
+    w->nocancel = false;
+    w->op_done = false;
+    w->op_hint = WEFT__HINT_NONE;
+    w->op = NULL;
+    w->op_res = 0;
+    w->opk = 0;
+    w->okind = 0;
+    r->nwaits++;
+}
 int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
 /* The same for a @deadline the caller has just seen to lie in the future
  * (or WEFT_FOREVER): no clock read. One that passed in between fires at the
