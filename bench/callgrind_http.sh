@@ -2,7 +2,9 @@
 # callgrind_http.sh — user-space instructions per HTTP keep-alive request:
 # weft's example server (examples/http_server, io_uring) against the raw
 # io_uring floor (bench/peers/raw_uring.c, the same parser), each run under
-# callgrind for WEFT_CG_SECS (default 5) of wrk -t1 -c100.
+# callgrind for WEFT_CG_SECS (default 5) of wrk -t1 -c100; and for scale
+# the stackful floor (bench/peers/raw_stacks.c: the same, each connection
+# on a stack of its own).
 #
 #   bash bench/callgrind_http.sh [CONNS]      (needs valgrind, wrk)
 #   WEFT_BUILD_DIR=build-x ...                (build there instead of build/)
@@ -32,8 +34,10 @@ cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 make -s -C "$root" -j2 BUILD="$build/nvg" CFLAGS=-DWEFT_NO_VALGRIND examples >/dev/null
 mkdir -p "$bin"
-cc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$root/contrib/http" "$root/contrib/http/http_parse.c" \
-  "$root/bench/peers/raw_uring.c" -o "$bin/raw_uring" -luring -lpthread
+for f in raw_uring raw_stacks; do
+  cc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$root/contrib/http" "$root/contrib/http/http_parse.c" \
+    "$root/bench/peers/$f.c" -o "$bin/$f" -luring -lpthread
+done
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 12000)); port_free $p && { echo $p; return; }; done; return 1; }
@@ -57,12 +61,15 @@ echo "== user-space instructions per request, wrk -t1 -c$conns -d${secs}s under 
 exec 9>"$WEFT_BENCH_LOCK"; flock 9 # take turns with other benchmarks
 measure weft "$build/nvg/examples/http_server" --quiet
 measure floor "$bin/raw_uring"
+measure stacks "$bin/raw_stacks"
 read -r w_ir w_req < "$tmp/weft.res"
 read -r f_ir f_req < "$tmp/floor.res"
-awk -v wi="$w_ir" -v wr="$w_req" -v fi="$f_ir" -v fr="$f_req" 'BEGIN {
-  w = wi / wr; f = fi / fr
+read -r s_ir s_req < "$tmp/stacks.res"
+awk -v wi="$w_ir" -v wr="$w_req" -v fi="$f_ir" -v fr="$f_req" -v si="$s_ir" -v sr="$s_req" 'BEGIN {
+  w = wi / wr; f = fi / fr; s = si / sr
   printf "  weft http_server   %9.0f instructions/request (%d requests)\n", w, wr
   printf "  raw io_uring floor %9.0f instructions/request (%d requests)\n", f, fr
+  printf "  stackful floor     %9.0f instructions/request (%d requests; raw_stacks: the floor, a stack per connection)\n", s, sr
   printf "  ratio weft / floor %9.2fx\n", w / f }'
 # costliest NAME REQS ROWS: NAME's costliest functions, self instructions
 # per request

@@ -3,14 +3,18 @@
 # examples/http_server against nginx (1 worker per thread), a libuv server,
 # Go net/http (GOMAXPROCS = threads) and two raw C servers with no fibers
 # (the floors: one on epoll, one on io_uring). 1 and 2 server threads, 100
-# and 1000 connections.
+# and 1000 connections. Beside the floors, raw_stacks
+# (bench/peers/raw_stacks.c): the io_uring floor with each connection's
+# loop on a stack of its own, resumed for every request — the least a
+# server of stackful fibers pays, and so the floor for weft's design.
 #
 # Every server gets the same wrk command (wrk -t2 -cC -dS --latency), runs
 # are interleaved server by server, each under the benchmark lock, and
 # every server is stopped at the end (also on failure).
 # WEFT_BENCH_REPS (default 5) runs of WEFT_HTTP_SECS (default 3) seconds;
 # WEFT_HTTP_THREADS (default "1 2"), WEFT_HTTP_CONNS (default "100 1000"),
-# WEFT_HTTP_SERVERS (default "weft weft_epoll nginx libuv go raw raw_uring").
+# WEFT_HTTP_SERVERS (default "weft weft_epoll nginx libuv go raw raw_uring
+# raw_stacks").
 #
 # "weft" is http_server with the library's default backend (io_uring where
 # the kernel allows it, else epoll; the backend is printed); "weft_epoll"
@@ -41,7 +45,7 @@ reps=${WEFT_BENCH_REPS:-5}
 secs=${WEFT_HTTP_SECS:-3}
 threads_list=${WEFT_HTTP_THREADS:-"1 2"}
 conns_list=${WEFT_HTTP_CONNS:-"100 1000"}
-servers=${WEFT_HTTP_SERVERS:-"weft weft_epoll nginx libuv go raw raw_uring"}
+servers=${WEFT_HTTP_SERVERS:-"weft weft_epoll nginx libuv go raw raw_uring raw_stacks"}
 G=http
 bin=$root/build/bench/peers
 tmp=$(mktemp -d /tmp/weft-bench-http.XXXXXX)
@@ -78,6 +82,13 @@ if [[ " $servers " == *" raw_uring "* ]]; then
            -luring -lpthread && "$bin/raw_uring" --probe; }; then
     echo "http.sh: no io_uring here (or no liburing): the io_uring floor is left out"
     servers=$(echo " $servers " | sed 's/ raw_uring / /')
+  fi
+fi
+if [[ " $servers " == *" raw_stacks "* ]]; then
+  if ! { "${rawcc[@]}" "$root/bench/peers/raw_stacks.c" -o "$bin/raw_stacks" \
+           -luring -lpthread && "$bin/raw_stacks" --probe; }; then
+    echo "http.sh: no io_uring here (or not x86-64): the stackful floor is left out"
+    servers=$(echo " $servers " | sed 's/ raw_stacks / /')
   fi
 fi
 if [[ " $servers " == *" go "* ]]; then
@@ -147,6 +158,8 @@ start_servers() { # THREADS
              label[$s]="raw C epoll (floor)" ;;
       raw_uring) launch $s "$bin/raw_uring" --port "${port[$s]}" --threads "$t" >/dev/null
              label[$s]="raw C io_uring (floor)" ;;
+      raw_stacks) launch $s "$bin/raw_stacks" --port "${port[$s]}" --threads "$t" >/dev/null
+             label[$s]="raw C io_uring, a stack per connection (stackful floor)" ;;
       libuv) launch $s "$bin/uv_http" --port "${port[$s]}" --threads "$t" >/dev/null
              label[$s]="libuv $(dpkg-query -W -f='${Version}' libuv1-dev 2>/dev/null | cut -d- -f1)" ;;
       go)    launch $s env GOMAXPROCS="$t" "$bin/go_http" -port "${port[$s]}" >/dev/null
@@ -266,7 +279,7 @@ report_peers() { # MODE THREADS CONNS NAME UNIT BETTER ARRAY TARGETS(0/1) NOTE
     case $s in weft|weft_epoll) continue ;; esac
     tn="" same=""
     [ "$8" = 1 ] && [ -n "${target[$s]:-}" ] && tn="target on 1 thread: >= ${target[$s]}x; "
-    if [ "$s" = raw_uring ] || { [ "$s" = raw ] && [ "$backend" != io_uring ]; }; then
+    if [ "$s" = raw_uring ] || [ "$s" = raw_stacks ] || { [ "$s" = raw ] && [ "$backend" != io_uring ]; }; then
       same=": the same backend as the floor"
     fi
     if has weft; then

@@ -5,7 +5,9 @@
 #      the same ones (WEFT_FUZZ_RUNS, WEFT_FUZZ_SEED; WEFT_FUZZ_SECS=N
 #      explores N seconds from a random seed instead);
 #   2. the http_server program as a process: 2 threads, load from http_load
-#      with zero errors, then SIGTERM ends it cleanly.
+#      with zero errors, then SIGTERM ends it cleanly;
+#   3. the benchmark's C floors (bench/peers/raw_*.c) answer the same load
+#      without an error: a floor that fails requests would flatter itself.
 # Prints "[http] N passed, N failed" and appends "N M" to $WEFT_TEST_TALLY.
 set -u
 cd "$(dirname "$0")/../.."
@@ -68,5 +70,35 @@ if [ -x build/examples/http_server ] && [ -x build/examples/http_load ]; then
 else
   bad "http_server / http_load not built (make all)"
 fi
+
+# 3. The floors, as bench/parts/http.sh builds them.
+floor_ok() { # NAME BINARY
+  local p="" f # a free port below the ephemeral range
+  for _ in $(seq 50); do
+    f=$((20000 + RANDOM % 12000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$f") 2>/dev/null || { p=$f; break; }
+  done
+  "$2" --port "$p" --threads 2 >"$tmp/$1.out" 2>&1 &
+  srv=$!
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break; sleep 0.05; done
+  if build/examples/http_load --port "$p" --connections 64 --threads 2 --duration 1 \
+       --pipeline 4 >"$tmp/$1.load" 2>&1; then
+    ok "$1 under http_load: $(sed -n 2p "$tmp/$1.load" | awk '{print $1" requests, "$2" errors"}')"
+  else
+    bad "$1 under http_load (port $p)" "$tmp/$1.load"
+  fi
+  kill -KILL "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; srv=""
+}
+rawcc=(cc -std=gnu11 -O2 -Wall -Wextra -Werror -Icontrib/http contrib/http/http_parse.c)
+for f in raw_epoll raw_uring raw_stacks; do
+  lib=(-lpthread); [ $f = raw_epoll ] || lib=(-luring -lpthread)
+  if ! "${rawcc[@]}" "bench/peers/$f.c" -o "$tmp/$f" "${lib[@]}" >"$tmp/$f.build" 2>&1; then
+    bad "$f: build" "$tmp/$f.build"
+  elif [ $f != raw_epoll ] && ! "$tmp/$f" --probe; then
+    echo "  skip  $f: no io_uring here$([ $f = raw_stacks ] && echo ', or not x86-64')"
+  elif [ -x build/examples/http_load ]; then
+    floor_ok "$f" "$tmp/$f"
+  fi
+done
 
 finish
