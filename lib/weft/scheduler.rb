@@ -18,6 +18,11 @@ module Weft
 
     # process_wait(pid, flags): a pidfd (Linux >= 5.3) waited on by the
     # reactor; a helper thread for pid <= 0 or when pidfd_open fails.
+    # When the fiber's wait ends early (Timeout, Weft::Stop, Fiber#raise)
+    # the helper is killed and joined before the exception goes on: left
+    # in waitpid it would reap the next child to exit (Process.wait with
+    # no pid waits for any), and that child's own Process.wait raised
+    # Errno::ECHILD, where a thread's interrupted wait reaps nothing.
     def process_wait(pid, flags)
       fd = begin
         pid.positive? ? self.class.pidfd_open(pid) : nil
@@ -25,10 +30,23 @@ module Weft
         nil
       end
       unless fd
-        return Thread.new do
+        waiter = Thread.new do
           Thread.current.name = "weft process_wait #{pid}" # named in #dump
+          Thread.current.report_on_exception = false
           Process::Status.wait(pid, flags)
-        end.value
+        end
+        begin
+          return waiter.value
+        ensure
+          if waiter.alive?
+            waiter.kill
+            begin
+              waiter.join
+            rescue StandardError
+              nil # it ended with its own error (ECHILD) as it was killed
+            end
+          end
+        end
       end
 
       io = IO.for_fd(fd, autoclose: true)

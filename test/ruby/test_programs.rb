@@ -691,4 +691,47 @@ class TestPrograms < Minitest::Test
   def test_flock_on_a_file_another_fiber_has_locked_waits_as_on_threads
     assert_fibers_print_what_threads_print(FLOCK_CONTENDED, "[0, [\"a\\n\", \"b\\n\"]]\n")
   end
+
+  # Process.wait with no pid (any child) waits on a helper thread. A
+  # timeout around it left that thread in waitpid, where it reaped the
+  # next child to exit: the child's own Process.wait raised Errno::ECHILD,
+  # where on a thread the interrupted wait reaps nothing.
+  WAIT_ANY_TIMED_OUT = <<~'RUBY'
+    require "weft"
+    require "timeout"
+    rd, wr = IO.pipe
+    long = spawn("cat", in: rd, out: File::NULL) # lives until wr is closed
+    rd.close
+    got = []
+    job = lambda do
+      3.times do |i|
+        begin
+          Timeout.timeout(0.05) { Process.wait }
+          got << :not_timed_out
+        rescue Timeout::Error
+          got << :timed_out
+        end
+        pid = spawn("sh", "-c", "exit #{i}")
+        got << [:own, Process.wait(pid) == pid, $?.exitstatus]
+      end
+      wr.close
+      got << [:long, Process.wait(long) == long]
+    rescue SystemCallError => e
+      got << e.class
+    end
+    if ARGV.first == "threads"
+      Thread.new(&job).join
+    else
+      Weft.run { Fiber.schedule(&job) }
+    end
+    p got
+  RUBY
+
+  def test_a_timed_out_wait_for_any_child_reaps_no_later_child
+    assert_fibers_print_what_threads_print(
+      WAIT_ANY_TIMED_OUT,
+      "[:timed_out, [:own, true, 0], :timed_out, [:own, true, 1], " \
+      ":timed_out, [:own, true, 2], [:long, true]]\n"
+    )
+  end
 end
