@@ -498,6 +498,26 @@ module Weft
 end
 
 module Weft
+  # Thread.pass hands the GVL to another thread but calls no scheduler
+  # hook, so a fiber that waits for another fiber by looping on it
+  # (`Thread.pass until done`, as code written for threads does) never let
+  # that fiber run: the loop spun forever where two threads finish. From
+  # a non-blocking fiber under Weft, Thread.pass also yields to the other
+  # fibers, as sleep(0) does.
+  module PassYields
+    def pass
+      super
+      scheduler = Fiber.scheduler
+      scheduler.kernel_sleep(0) if scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+      nil
+    end
+  end
+  private_constant :PassYields
+
+  Thread.singleton_class.prepend(PassYields)
+end
+
+module Weft
   # Ruby 3.1 keeps its "this file is being loaded" and "this constant is
   # being autoloaded" marks per thread, not per fiber: while one fiber is
   # inside `require "x"` (or an autoload's require), another fiber of the

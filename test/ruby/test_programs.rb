@@ -734,4 +734,27 @@ class TestPrograms < Minitest::Test
       ":timed_out, [:own, true, 2], [:long, true]]\n"
     )
   end
+
+  # A worker that waits for another by looping on Thread.pass, as code
+  # written for threads does: Thread.pass calls no scheduler hook, so the
+  # fiber spun forever and the one that would end its loop never ran.
+  PASS_UNTIL_DONE = <<~'RUBY'
+    require "weft"
+    done = false
+    got = Thread::Queue.new
+    jobs = [
+      -> { n = 0; (Thread.pass; n += 1) until done; got << [:passed, Thread.pass.nil?] },
+      -> { sleep 0.001; done = true; got << :done },
+    ]
+    if ARGV.first == "threads"
+      jobs.map { |job| Thread.new(&job) }.each(&:join)
+    else
+      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+    end
+    p Array.new(got.size) { got.pop }.sort_by(&:to_s)
+  RUBY
+
+  def test_thread_pass_lets_the_other_fibers_run
+    assert_fibers_print_what_threads_print(PASS_UNTIL_DONE, "[[:passed, true], :done]\n", guard: 20)
+  end
 end
