@@ -200,6 +200,10 @@ int weft_proc_spawn(weft_proc_t *p, const char *file, char *const argv[],
     np.err = f.ours[2];
     if (!getenv("WEFT_PROC_NO_PIDFD"))
         np.pidfd_ = (int)syscall(SYS_pidfd_open, np.pid, 0);
+    /* Kept as long as @p: not on a standard descriptor's number, which
+     * the program may close or read as its own stdin/stdout/stderr. */
+    if (np.pidfd_ >= 0)
+        np.pidfd_ = above_std(np.pidfd_);
     /* New numbers: forget any earlier file weft knew under them. */
     int mine[4] = {np.in, np.out, np.err, np.pidfd_};
     for (int i = 0; i < 4; i++)

@@ -517,9 +517,22 @@ int weft__reactor_init(weft__reactor *r, weft_backend_t which)
     r->ops = pick_backend(which, &err);
     if (!r->ops)
         return err;
-    r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (r->wakefd < 0)
-        return -errno;
+    /* The loop's own descriptors (this eventfd, the epoll set, the ring)
+     * never take the numbers of stdin, stdout or stderr: in a program
+     * started with one of those closed, the program's own read of stdin
+     * or weft_close(0) would otherwise reach the loop's eventfd. An
+     * eventfd that lands on 0..2 holds that number while the next one is
+     * made (at most three), until the backend has its descriptors too. */
+    int held[3], nheld = 0;
+    while ((r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0 &&
+           r->wakefd <= 2)
+        held[nheld++] = r->wakefd;
+    if (r->wakefd < 0) {
+        int e = errno;
+        while (nheld)
+            close(held[--nheld]);
+        return -e;
+    }
     pthread_mutex_init(&r->post_lock, NULL);
     int rc = backend_init(r);
     if (rc < 0 && r->ops != &weft__backend_epoll &&
@@ -529,6 +542,8 @@ int weft__reactor_init(weft__reactor *r, weft_backend_t which)
         r->ops = &weft__backend_epoll;
         rc = backend_init(r);
     }
+    while (nheld)
+        close(held[--nheld]);
     if (rc < 0) {
         close(r->wakefd);
         pthread_mutex_destroy(&r->post_lock);
