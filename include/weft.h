@@ -436,7 +436,9 @@ int weft_unpark(weft_sched_t *s, weft_fiber_t f);
  * with whatever else is or becomes runnable, until no fibers remain.
  *
  * @param result if non-NULL, receives @p fn's return value.
- * @return 0 or any error of weft_spawn()/weft_sched_run().
+ * @return 0 or any error of weft_spawn()/weft_sched_run(): -EPERM from a
+ * fiber, -EBUSY from a callback of the running loop (weft_sched_post()),
+ * and then @p fn is not run.
  */
 int weft_run(weft_fn_t fn, void *arg, void **result);
 

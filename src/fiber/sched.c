@@ -1014,6 +1014,13 @@ int weft_run(weft_fn_t fn, void *arg, void **result)
     weft_sched_t *s = weft_sched_self();
     if (!s)
         return -ENOMEM;
+    /* weft_sched_run()'s refusals, before @fn is spawned: from a fiber
+     * (or a posted callback) it would run as one more fiber of the loop
+     * already running, its handle never joined. */
+    if (!s->current->is_main)
+        return -EPERM;
+    if (s->running)
+        return -EBUSY;
     weft_fiber_t h;
     int rc = weft_spawn(fn, arg, NULL, &h);
     if (rc < 0)

@@ -6,8 +6,29 @@
 
 static weft_sched_t *main_sched;
 
+/* weft_run() where it cannot run a loop must not start its function. */
+static int marked, cb_rc, cb_done;
+static void *mark(void *arg)
+{
+    marked++;
+    return arg;
+}
+static void run_from_callback(void *arg)
+{
+    (void)arg;
+    cb_rc = weft_run(mark, NULL, NULL);
+    cb_done = 1;
+}
+
 static void *try_misuse(void *arg)
 {
+    marked = cb_done = 0;
+    CHECK_EQ(weft_run(mark, NULL, NULL), -EPERM);      /* from a fiber */
+    CHECK_EQ(weft_sched_post(weft_sched_self(), run_from_callback, NULL), 0);
+    while (!cb_done)
+        CHECK_EQ(weft_sleep(1000000), 0);
+    CHECK_EQ(cb_rc, -EBUSY);                           /* from a callback */
+    CHECK_EQ(marked, 0);
     CHECK_EQ(weft_sched_run(main_sched), -EPERM);      /* from a fiber */
     CHECK_EQ(weft_sched_destroy(main_sched), -EBUSY);  /* while running */
     weft_sched_t *other;
