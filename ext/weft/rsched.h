@@ -320,6 +320,9 @@ int64_t weft__rb_to_deadline_or_now(VALUE t);
 int weft__rb_io_fd(VALUE io);
 fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io);
 int weft__rb_poll_now(int fd, int events);
+/* A zero timeout that found nothing ready (io_wait, io_select): let the
+ * other fibers run once, as sleep(0) does, before the caller looks again. */
+void weft__rb_yield_once(rsched *s);
 int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline);
 int64_t weft__rb_io_timeout_deadline(VALUE io, bool *set);
 __attribute__((noreturn)) void weft__rb_raise_io_timeout(int events);

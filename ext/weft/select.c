@@ -152,11 +152,20 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
     struct select_arg a = {s, e, n, subs, NULL, deadline};
     VALUE result = Qnil;
     VALUE cur = rb_fiber_current();
+    bool yielded = false;
     for (;;) {
         if (!weft__list_empty(&s->intrs))
             weft__rb_deliver_interrupts(s, cur);
         sel_refresh(&a);
         result = sel_ready(&a);
+        if (NIL_P(result) && deadline == 0 && !yielded) {
+            /* A zero timeout that found nothing: the others run once
+             * before the second look, as for io_wait (IO.select(nil, nil,
+             * nil, 0) is sleep(0) on a thread). */
+            weft__rb_yield_once(s);
+            yielded = true;
+            continue;
+        }
         if (!NIL_P(result) || deadline == 0 ||
             (deadline != WEFT_FOREVER && weft_now() >= deadline))
             break;

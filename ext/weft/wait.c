@@ -230,6 +230,16 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
     int rc = deadline == 0 || (!after_eagain &&
                                (!weft__reactor_has_ops(&s->r) || (ev & WEFT_WRITABLE)))
                  ? weft__rb_poll_now(fd, ev) : 0;
+    /* A zero timeout ("is it ready?") that found nothing: the others run
+     * once before the second look. A loop that polls so until another
+     * fiber acts (`until done; IO.select(nil, nil, nil, 0); end`,
+     * `io.wait_readable(0)`) would otherwise spin forever, where on
+     * threads the other one runs meanwhile. */
+    if (rc == 0 && deadline == 0) {
+        weft__rb_yield_once(s);
+        fd = weft__rb_io_fd(io); /* IOError if another fiber closed it */
+        rc = weft__rb_poll_now(fd, ev);
+    }
     if (rc == 0 && deadline != 0) {
         fdinfo *fi = weft__rb_fd_prepare(s, fd, io);
         fi->waited = 1;
@@ -285,6 +295,13 @@ static VALUE s_io_close(VALUE self, VALUE io)
 /* ---- sleep, block, unblock ------------------------------------------------ */
 
 static ID id_sleep_timed_out;
+
+void weft__rb_yield_once(rsched *s)
+{
+    rwait rw;
+    weft__rb_rw_begin_yield(s, &rw, WAIT_SLEEP);
+    (void)weft__rb_rw_wait(s, &rw, true);
+}
 
 /* kernel_sleep(duration = nil) -> false when the duration ended it */
 static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)

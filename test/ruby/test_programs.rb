@@ -757,4 +757,34 @@ class TestPrograms < Minitest::Test
   def test_thread_pass_lets_the_other_fibers_run
     assert_fibers_print_what_threads_print(PASS_UNTIL_DONE, "[[:passed, true], :done]\n", guard: 20)
   end
+
+  # Loops that poll with a zero timeout until another worker acts: on
+  # threads the other one runs meanwhile; in a fiber a zero timeout
+  # answered at once without letting any other fiber run, and the loops
+  # spun forever.
+  POLL_UNTIL_DONE = <<~'RUBY'
+    require "weft"
+    require "io/wait"
+    r, w = IO.pipe
+    done = false
+    got = Thread::Queue.new
+    jobs = [
+      -> { IO.select(nil, nil, nil, 0) until done; got << :select },
+      -> { r.wait_readable(0) until done; got << :wait_readable },
+      -> { nil until IO.select([r], nil, nil, 0); got << [:select_r, r.read(1)] },
+      -> { sleep 0.001; done = true; w.write("x") },
+    ]
+    if ARGV.first == "threads"
+      jobs.map { |job| Thread.new(&job) }.each(&:join)
+    else
+      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+    end
+    p Array.new(got.size) { got.pop }.sort_by(&:to_s)
+  RUBY
+
+  def test_polling_with_a_zero_timeout_lets_the_other_fibers_run
+    assert_fibers_print_what_threads_print(
+      POLL_UNTIL_DONE, "[[:select_r, \"x\"], :select, :wait_readable]\n", guard: 20
+    )
+  end
 end
