@@ -1290,8 +1290,9 @@ int weft_signal_open(const sigset_t *set);
 /**
  * wait until a signal of descriptor @p sfd's set is pending, and take it.
  *
- * @param sfd a descriptor from weft_signal_open() (or any signalfd made
- *   with SFD_NONBLOCK).
+ * @param sfd a descriptor from weft_signal_open(), or any signalfd (one
+ *   made without SFD_NONBLOCK gets O_NONBLOCK set, as the descriptors of
+ *   the I/O calls do).
  * @param info if non-NULL, receives what the kernel tells about the signal
  *   (struct signalfd_siginfo of <sys/signalfd.h>: ssi_signo, ssi_pid of
  *   the sender, ssi_code...).

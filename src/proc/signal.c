@@ -16,6 +16,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -58,6 +59,14 @@ int weft_signal_wait(int sfd, struct signalfd_siginfo *info, int64_t deadline)
         return -errno;
     if ((sb.st_mode & S_IFMT) != 0)
         return -EINVAL;
+    /* One made without SFD_NONBLOCK (as signalfd(2)'s own example makes
+     * it) would hold the whole thread in read(2), past the deadline: make
+     * it non-blocking, as the I/O calls do with the descriptors they get. */
+    int fl = fcntl(sfd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(sfd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
     struct signalfd_siginfo si;
     for (;;) {
         ssize_t n = read(sfd, &si, sizeof si);

@@ -185,9 +185,23 @@ static void bad_input(int sfd)
     CHECK_EQ(weft_close(p[1]), 0);
 }
 
+/* A signalfd made as signalfd(2)'s example makes it, without
+ * SFD_NONBLOCK: waiting on it must not hold the thread in read(2). */
+static void blocking_signalfd(void)
+{
+    int b = signalfd(-1, &usr, SFD_CLOEXEC);
+    CHECK(b >= 0);
+    CHECK_EQ(weft_signal_wait(b, NULL, 0), -EAGAIN);
+    CHECK_EQ(weft_signal_wait(b, NULL, weft_deadline_in(2 * MS)), -ETIMEDOUT);
+    CHECK_EQ(kill(getpid(), SIGUSR2), 0);
+    CHECK_EQ(weft_signal_wait(b, NULL, weft_deadline_in(5000 * MS)), SIGUSR2);
+    CHECK_EQ(weft_close(b), 0);
+}
+
 static void *body(void *arg)
 {
     int sfd = *(int *)arg;
+    blocking_signalfd();
     basics(sfd);
     thread_directed(sfd);
     outside_the_set();
