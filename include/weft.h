@@ -325,7 +325,8 @@ typedef struct weft_spawn_opts {
  * work on another thread's loop, use weft_sched_post(). Callable from a
  * fiber or from the thread outside fibers (before or between
  * weft_sched_run() calls). @return 0, -EINVAL (NULL @p fn, bad stack size),
- * -ENOMEM.
+ * -ENOMEM; where this call creates the thread's scheduler, the error of
+ * weft_sched_create() (-EMFILE, -EINVAL for an unknown WEFT_BACKEND...).
  */
 int weft_spawn(weft_fn_t fn, void *arg, const weft_spawn_opts_t *opts,
                weft_fiber_t *out);

@@ -552,6 +552,15 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
     rq_push(s, f);
 }
 
+/* weft_sched_self(), saying why it has none: 0 with *@out the calling
+ * thread's scheduler, or weft_sched_create()'s error (-EMFILE, -EINVAL for
+ * an unknown WEFT_BACKEND...), not a blanket -ENOMEM. */
+static int sched_self_err(weft_sched_t **out)
+{
+    *out = weft__tls_sched;
+    return *out ? 0 : weft_sched_create(out, NULL);
+}
+
 /* Every case weft_spawn does not take inline: no scheduler yet, a stack
  * size given, no free slot (the table grows), no cached stack (a new
  * mapping), errors. */
@@ -561,9 +570,10 @@ static __attribute__((noinline)) int spawn_slow(weft_fn_t fn, void *arg,
 {
     if (!fn)
         return -EINVAL;
-    weft_sched_t *s = weft_sched_self();
-    if (!s)
-        return -ENOMEM;
+    weft_sched_t *s;
+    int err = sched_self_err(&s);
+    if (err < 0)
+        return err;
     size_t map_size = s->stacks.map_size; /* the default size's */
     if (opts && opts->stack_size) {
         size_t page = weft__page_size(), want = opts->stack_size;
@@ -1011,9 +1021,10 @@ int weft_sched_post(weft_sched_t *s, void (*fn)(void *), void *arg)
 
 int weft_run(weft_fn_t fn, void *arg, void **result)
 {
-    weft_sched_t *s = weft_sched_self();
-    if (!s)
-        return -ENOMEM;
+    weft_sched_t *s;
+    int err = sched_self_err(&s);
+    if (err < 0)
+        return err;
     /* weft_sched_run()'s refusals, before @fn is spawned: from a fiber
      * (or a posted callback) it would run as one more fiber of the loop
      * already running, its handle never joined. */

@@ -73,6 +73,10 @@ int main(void)
     /* an unknown backend name is refused, not silently replaced */
     setenv("WEFT_BACKEND", "carrier-pigeon", 1);
     CHECK_EQ(weft_sched_create(&s, NULL), -EINVAL);
+    /* ...also where the scheduler is made on first use: the reason, not
+     * -ENOMEM */
+    CHECK_EQ(weft_run(ret, NULL, NULL), -EINVAL);
+    CHECK_EQ(weft_spawn(ret, NULL, NULL, NULL), -EINVAL);
     if (want)
         setenv("WEFT_BACKEND", want, 1);
     else
