@@ -701,7 +701,20 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  * sockets through MSG_DONTWAIT, other descriptors get O_NONBLOCK set the
  * first time weft sees them. Close descriptors weft has waited on with
  * weft_close() (or call weft_fd_forget() before closing them yourself), so
- * that waiters are woken and the number can be reused safely.
+ * that waiters are woken and the number can be reused safely: after a
+ * plain close(2), weft keeps what it learnt of the old descriptor for the
+ * next one given that number by pipe(2), socketpair(2) or open(2), which
+ * may then not be made non-blocking (a read holds the whole thread) or,
+ * on epoll, never be reported ready.
+ *
+ * O_NONBLOCK belongs to the open file description, which every copy of
+ * the descriptor shares, and it stays set: after weft_write(1, ...) or
+ * weft_read(0, ...), stdio on the same descriptor (printf) and children
+ * that inherit it (weft_proc_spawn() with WEFT_PROC_INHERIT) get EAGAIN
+ * where they expect to block, and lose output when a pipe or terminal is
+ * full; so may other processes sharing the terminal or pipe. Give such
+ * a descriptor to weft only, or to stdio and children only (a child's
+ * output can come through a WEFT_PROC_PIPE).
  *
  * Each call first tries the system call and waits only when it would
  * block. EINTR is retried. Writes never raise SIGPIPE: they return -EPIPE.
