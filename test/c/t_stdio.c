@@ -1,6 +1,6 @@
 /* A program started with stdin and stdout closed (by a service manager, a
  * daemon's parent, `prog 0<&- >&-`): the loop's own descriptors (its
- * eventfd, epoll set, ring) and a child's pidfd must not take those
+ * eventfd, epoll set, ring) and the pidfds of children must not take those
  * numbers, or the program's own weft_read(0) or weft_close(0) reaches them
  * — a closed wake-up eventfd leaves offload jobs, DNS lookups and posts
  * from other threads waiting forever. */
@@ -17,6 +17,27 @@ static void *work(void *arg)
 static int is_closed(int fd)
 {
     return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+}
+
+/* Runs while the fiber that spawned it is in weft_proc_wait(), which
+ * holds a pidfd all along; then lets the child end. */
+static int gate_w = -1;
+static void *check_while_waiting(void *arg)
+{
+    CHECK(is_closed(0));
+    CHECK(is_closed(1));
+    CHECK_EQ(weft_close(0), -EBADF);
+    CHECK_EQ(close(gate_w), 0);
+    return arg;
+}
+
+/* A descriptor above 2, whatever is closed below it. */
+static int high(int fd)
+{
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    CHECK(hi > 2);
+    CHECK_EQ(close(fd), 0);
+    return hi;
 }
 
 static void *body(void *arg)
@@ -48,6 +69,28 @@ static void *body(void *arg)
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 5);
     CHECK_EQ(weft_proc_close(&p), 0);
+
+    /* weft_proc_wait()'s pidfd, for as long as it waits: the child runs
+     * until the checking fiber closes the gate. */
+    int g[2];
+    CHECK_EQ(pipe2(g, O_CLOEXEC), 0);
+    int gate_r = high(g[0]);
+    gate_w = high(g[1]);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(gate_w);
+        while (read(gate_r, &c, 1) > 0)
+            ;
+        _exit(7);
+    }
+    CHECK_EQ(close(gate_r), 0);
+    weft_fiber_t f;
+    CHECK_EQ(weft_spawn(check_while_waiting, NULL, NULL, &f), 0);
+    CHECK_EQ(weft_proc_wait(pid, &status, weft_deadline_in(10 * WEFT_SEC)), 0);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 7);
+    CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
     return arg;
 }
 
