@@ -714,7 +714,11 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  * where they expect to block, and lose output when a pipe or terminal is
  * full; so may other processes sharing the terminal or pipe. Give such
  * a descriptor to weft only, or to stdio and children only (a child's
- * output can come through a WEFT_PROC_PIPE).
+ * output can come through a WEFT_PROC_PIPE). A standard descriptor (0, 1
+ * or 2) that weft made non-blocking is made blocking again when the
+ * process exits (exit(3) or returning from main; not _exit(2), and not in
+ * a forked child), so that the shell, the terminal and the next program
+ * in a pipeline find it as it was.
  *
  * Each call first tries the system call and waits only when it would
  * block. EINTR is retried. Writes never raise SIGPIPE: they return -EPIPE.

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- shared steps ---------------------------------------------------------- */
@@ -140,6 +141,57 @@ static ssize_t io_op_buf(int op, int fd, void *buf, size_t len, int flags,
     return op_wait(&w, WEFT__WK(WEFT_WAIT_FD, rd ? WEFT_READABLE : WEFT_WRITABLE), fd, NULL);
 }
 
+/*
+ * O_NONBLOCK belongs to the open file description, which a program's
+ * stdin, stdout and stderr share with its shell, its terminal and the
+ * processes around it: left set, the next program in the same terminal or
+ * pipeline, and the program's own stdio after exit, get EAGAIN where they
+ * expect to block. So the standard descriptors weft makes non-blocking are
+ * put back as they were when the process that did so exits (exit(3),
+ * returning from main) — the same file still on that number, and not in a
+ * forked child, whose exit must not change the description under its
+ * parent. Nothing is done after _exit(2) or a fatal signal.
+ */
+static struct {
+    bool set; /* weft set O_NONBLOCK on this one */
+    pid_t pid;
+    dev_t dev;
+    ino_t ino;
+} std_nb[3];
+static pthread_mutex_t std_nb_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void std_nb_restore(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        struct stat sb;
+        if (!std_nb[fd].set || std_nb[fd].pid != getpid() || fstat(fd, &sb) < 0 ||
+            sb.st_dev != std_nb[fd].dev || sb.st_ino != std_nb[fd].ino)
+            continue;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0 && (fl & O_NONBLOCK))
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+}
+
+/* Standard descriptor @fd was just made non-blocking by weft. */
+static void std_nb_note(int fd)
+{
+    static bool registered;
+    struct stat sb;
+    if (fstat(fd, &sb) < 0)
+        return;
+    pthread_mutex_lock(&std_nb_lock);
+    if (!registered)
+        registered = atexit(std_nb_restore) == 0;
+    if (registered) {
+        std_nb[fd].pid = getpid();
+        std_nb[fd].dev = sb.st_dev;
+        std_nb[fd].ino = sb.st_ino;
+        std_nb[fd].set = true;
+    }
+    pthread_mutex_unlock(&std_nb_lock);
+}
+
 static int ensure_nonblock(int fd)
 {
     weft__fdstate *st = weft__fd(&weft__sched_tls()->r, fd);
@@ -148,8 +200,12 @@ static int ensure_nonblock(int fd)
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return -errno;
-    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -errno;
+    if (!(fl & O_NONBLOCK)) {
+        if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+            return -errno;
+        if (fd <= 2)
+            std_nb_note(fd);
+    }
     if (st)
         st->nonblock = 1;
     return 0;

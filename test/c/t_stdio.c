@@ -3,7 +3,12 @@
  * eventfd, epoll set, ring) and the pidfds of children must not take those
  * numbers, or the program's own weft_read(0) or weft_close(0) reaches them
  * — a closed wake-up eventfd leaves offload jobs, DNS lookups and posts
- * from other threads waiting forever. */
+ * from other threads waiting forever.
+ *
+ * And a standard descriptor weft makes non-blocking (O_NONBLOCK belongs to
+ * the description it shares with the shell, the terminal, a pipeline) is
+ * put back as it was when the program exits — not when a forked child of
+ * it exits, and not one the program was given non-blocking already. */
 #include "harness.h"
 
 #include <fcntl.h>
@@ -94,8 +99,63 @@ static void *body(void *arg)
     return arg;
 }
 
+static int nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    CHECK(fl >= 0);
+    return (fl & O_NONBLOCK) != 0;
+}
+
+static void *read_stdin_once(void *arg)
+{
+    char c;
+    CHECK_EQ(weft_read(0, &c, 1, 0), -EAGAIN); /* nothing written yet */
+    CHECK(nonblocking(0));
+    /* A forked child's exit leaves its parent's description alone. */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0)
+        exit(0);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(nonblocking(0));
+    return arg;
+}
+
+/* A child whose stdin is @rd reads it under weft and exits (exit(3)):
+ * whether the description is non-blocking afterwards. */
+static int nonblocking_after_child(int rd)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(dup2(rd, 0), 0);
+        CHECK_EQ(weft_run(read_stdin_once, NULL, NULL), 0);
+        exit(0);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return nonblocking(rd);
+}
+
+static void stdin_mode_restored_at_exit(void)
+{
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK(!nonblocking(p[0]));
+    CHECK_EQ(nonblocking_after_child(p[0]), 0); /* blocking again */
+    CHECK_EQ(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    CHECK_EQ(nonblocking_after_child(p[0]), 1); /* as it was given */
+    CHECK_EQ(close(p[0]), 0);
+    CHECK_EQ(close(p[1]), 0);
+}
+
 int main(void)
 {
+    stdin_mode_restored_at_exit();
     /* stdout is the log: keep a copy to put back for h_end's report. */
     fflush(stdout);
     int saved = fcntl(1, F_DUPFD_CLOEXEC, 3);
