@@ -162,6 +162,7 @@ static pthread_mutex_t std_nb_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void std_nb_restore(void)
 {
+    pthread_mutex_lock(&std_nb_lock);
     for (int fd = 0; fd < 3; fd++) {
         struct stat sb;
         if (!std_nb[fd].set || std_nb[fd].pid != getpid() || fstat(fd, &sb) < 0 ||
@@ -171,6 +172,7 @@ static void std_nb_restore(void)
         if (fl >= 0 && (fl & O_NONBLOCK))
             (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }
+    pthread_mutex_unlock(&std_nb_lock);
 }
 
 /* Standard descriptor @fd was just made non-blocking by weft. */
