@@ -162,7 +162,9 @@ static pthread_mutex_t std_nb_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void std_nb_restore(void)
 {
-    pthread_mutex_lock(&std_nb_lock);
+    /* Not waited for: a forked child may have copied it locked. */
+    if (pthread_mutex_trylock(&std_nb_lock) != 0)
+        return;
     for (int fd = 0; fd < 3; fd++) {
         struct stat sb;
         if (!std_nb[fd].set || std_nb[fd].pid != getpid() || fstat(fd, &sb) < 0 ||
