@@ -96,7 +96,29 @@ static int raw_answer(char *in, size_t *inlen, char *out, size_t *outlen)
     return close_after;
 }
 
-/* --port P [--threads N]: run @loop on N threads (this one included). */
+/* Port 0: a free port, taken by a socket bound (not listening) with
+ * SO_REUSEPORT and kept open, so that every thread's listener can bind
+ * it too and nothing else can meanwhile. */
+static void raw_pick_port(const char *who)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        fprintf(stderr, "%s: port 0: ", who);
+        perror(NULL);
+        exit(1);
+    }
+    port = ntohs(a.sin_port);
+}
+
+/* --port P [--threads N]: run @loop on N threads (this one included).
+ * --port 0 picks a free port; the first line printed names it. */
 static int raw_main(int argc, char **argv, const char *who, void *(*loop)(void *))
 {
     int threads = 1;
@@ -106,6 +128,8 @@ static int raw_main(int argc, char **argv, const char *who, void *(*loop)(void *
         else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
     }
+    if (port == 0)
+        raw_pick_port(who);
     printf("%s: listening on 127.0.0.1:%d with %d threads\n", who, port, threads);
     fflush(stdout);
     pthread_t t;
