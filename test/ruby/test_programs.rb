@@ -533,23 +533,33 @@ class TestPrograms < Minitest::Test
       data = Random.new(5).bytes(300_000)
       got = Thread::Queue.new
       work = [-> { got << [:wrote, w.write(data)]; w.close }, -> { got << [:read, r.read == data] }]
-      if ARGV.first == "threads"
-        work.map { |job| Thread.new(&job) }.each(&:join)
-      else
-        Weft.run { work.each { |job| Fiber.schedule(&job) } }
-      end
+      run_jobs(work)
       r.close
       p Array.new(got.size) { got.pop }.sort
     end
   RUBY
 
+  # What each program below starts with: run_jobs(jobs) runs every lambda
+  # on a thread of its own (ARGV "threads") or in a fiber of one Weft.run,
+  # and returns once all have ended.
+  JOBS_PRELUDE = <<~'RUBY'
+    def run_jobs(jobs)
+      if ARGV.first == "threads"
+        jobs.map { |job| Thread.new(&job) }.each(&:join)
+      else
+        Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
+      end
+    end
+  RUBY
+
   # Run +program+ on threads (ARGV "threads": the reference, which must
-  # print +expected+) and in fibers: both succeed and print the same.
+  # print +expected+) and in fibers, each after JOBS_PRELUDE: both succeed
+  # and print the same.
   def assert_fibers_print_what_threads_print(program, expected, guard: 40)
-    ref, st = child("ARGV.replace(%w[threads]); #{program}", guard: guard)
+    ref, st = child("ARGV.replace(%w[threads])\n#{JOBS_PRELUDE}#{program}", guard: guard)
     assert st.success?, ref
     assert_equal expected, ref
-    got, st = child(program, guard: guard)
+    got, st = child("#{JOBS_PRELUDE}#{program}", guard: guard)
     assert st.success?, got
     assert_equal ref, got
   end
@@ -577,11 +587,7 @@ class TestPrograms < Minitest::Test
         [-> { got << [:timeout, (Timeout.timeout(0.01) { File.open(path) } rescue $!.class)] }],
       ]
       rounds.each do |jobs|
-        if ARGV.first == "threads"
-          jobs.map { |job| Thread.new(&job) }.each(&:join)
-        else
-          Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
-        end
+        run_jobs(jobs)
       end
       p Array.new(got.size) { got.pop }
     end
@@ -621,11 +627,7 @@ class TestPrograms < Minitest::Test
       -> { wmon.synchronize { waiting << :mon; got << [:monitor_woken, wcond.wait(1000)] } },
       -> { sleep 0.001 until wmon.synchronize { waiting.include?(:mon).tap { |w| wcond.signal if w } } },
     ]
-    if ARGV.first == "threads"
-      jobs.map { |job| Thread.new(&job) }.each(&:join)
-    else
-      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
-    end
+    run_jobs(jobs)
     p Array.new(got.size) { got.pop }.sort
   RUBY
 
@@ -648,11 +650,7 @@ class TestPrograms < Minitest::Test
       -> { n = 0; 40.times { n += w.syswrite("x" * 65_536) }; w.close; got << [:wrote, n] },
       -> { n = 0; while (s = r.read(4096)); n += s.size; end; got << [:read, n] },
     ]
-    if ARGV.first == "threads"
-      jobs.map { |job| Thread.new(&job) }.each(&:join)
-    else
-      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
-    end
+    run_jobs(jobs)
     wrote, read = Array.new(got.size) { got.pop }.sort.map(&:last)
     p [read == wrote, read.positive?]
   RUBY
@@ -679,11 +677,7 @@ class TestPrograms < Minitest::Test
         -> { File.open(path, "a") { |f| f.flock(File::LOCK_EX); held << 1; trying.pop; f.puts "a"; f.flock(File::LOCK_UN) } },
         -> { held.pop; File.open(path, "a") { |f| trying << 1; got << f.flock(File::LOCK_EX); f.puts "b" } },
       ]
-      if ARGV.first == "threads"
-        jobs.map { |job| Thread.new(&job) }.each(&:join)
-      else
-        Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
-      end
+      run_jobs(jobs)
       p [got.pop, File.read(path).lines.sort]
     end
   RUBY
@@ -719,11 +713,7 @@ class TestPrograms < Minitest::Test
     rescue SystemCallError => e
       got << e.class
     end
-    if ARGV.first == "threads"
-      Thread.new(&job).join
-    else
-      Weft.run { Fiber.schedule(&job) }
-    end
+    run_jobs([job])
     p got
   RUBY
 
@@ -746,11 +736,7 @@ class TestPrograms < Minitest::Test
       -> { n = 0; (Thread.pass; n += 1) until done; got << [:passed, Thread.pass.nil?] },
       -> { sleep 0.001; done = true; got << :done },
     ]
-    if ARGV.first == "threads"
-      jobs.map { |job| Thread.new(&job) }.each(&:join)
-    else
-      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
-    end
+    run_jobs(jobs)
     p Array.new(got.size) { got.pop }.sort_by(&:to_s)
   RUBY
 
@@ -774,11 +760,7 @@ class TestPrograms < Minitest::Test
       -> { nil until IO.select([r], nil, nil, 0); got << [:select_r, r.read(1)] },
       -> { sleep 0.001; done = true; w.write("x") },
     ]
-    if ARGV.first == "threads"
-      jobs.map { |job| Thread.new(&job) }.each(&:join)
-    else
-      Weft.run { jobs.each { |job| Fiber.schedule(&job) } }
-    end
+    run_jobs(jobs)
     p Array.new(got.size) { got.pop }.sort_by(&:to_s)
   RUBY
 
