@@ -1,5 +1,5 @@
 /*
- * raw_http.h — what the two raw C floors (raw_epoll.c, raw_uring.c) share:
+ * raw_http.h — what the raw C floors (raw_epoll.c, raw_uring.c, raw_stacks.c) share:
  * the response (hello_resp.h, the example server's bytes), the SO_REUSEPORT listener, answering every complete
  * request head in a buffer, and main(). Header-only; each floor is one
  * translation unit built by bench/parts/http.sh together with the

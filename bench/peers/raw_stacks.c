@@ -21,9 +21,9 @@
  */
 #define _GNU_SOURCE
 #include "raw_http.h"
+#include "raw_ring.h"
 
 #include <errno.h>
-#include <liburing.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -203,30 +203,17 @@ static void on_send(conn *c, int res)
     arm_send(c); /* the rest of a short send, then what came after */
 }
 
-/* The ring weft's io_uring backend sets up too (flags; a deeper CQ). */
-static int ring_init(struct io_uring *r)
-{
-    struct io_uring_params p = {.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN |
-                                         IORING_SETUP_CQSIZE,
-                                .cq_entries = 8192};
-    return io_uring_queue_init_params(1024, r, &p);
-}
-
 static void *loop(void *arg)
 {
     (void)arg;
     int lfd = raw_listener("raw_stacks", 0);
     struct io_uring r;
-    int rc = ring_init(&r);
-    if (rc < 0) {
-        fprintf(stderr, "raw_stacks: io_uring_queue_init: %s\n", strerror(-rc));
-        exit(1);
-    }
+    raw_ring_open(&r, "raw_stacks");
     ring = &r;
     arm_accept(lfd);
     for (;;) {
         struct io_uring_cqe *cqe;
-        rc = io_uring_submit_and_wait(ring, 1);
+        int rc = io_uring_submit_and_wait(ring, 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
             fprintf(stderr, "raw_stacks: submit: %s\n", strerror(-rc));
             exit(1);
@@ -258,13 +245,8 @@ static void *loop(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "--probe")) {
-        struct io_uring r;
-        if (!HAVE_SWITCH || ring_init(&r) < 0)
-            return 1;
-        io_uring_queue_exit(&r);
-        return 0;
-    }
+    if (argc == 2 && !strcmp(argv[1], "--probe"))
+        return HAVE_SWITCH ? raw_ring_probe() : 1;
     if (!HAVE_SWITCH) {
         fprintf(stderr, "raw_stacks: x86-64 only\n");
         return 1;

@@ -19,9 +19,9 @@
  */
 #define _GNU_SOURCE
 #include "raw_http.h"
+#include "raw_ring.h"
 
 #include <errno.h>
-#include <liburing.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -125,29 +125,16 @@ static void on_send(struct io_uring *ring, conn *c, int res)
     arm_send(ring, c); /* the rest of a short send, then what came after */
 }
 
-/* The ring weft's io_uring backend sets up too (flags; a deeper CQ). */
-static int ring_init(struct io_uring *ring)
-{
-    struct io_uring_params p = {.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN |
-                                         IORING_SETUP_CQSIZE,
-                                .cq_entries = 8192};
-    return io_uring_queue_init_params(1024, ring, &p);
-}
-
 static void *loop(void *arg)
 {
     (void)arg;
     int lfd = raw_listener("raw_uring", 0);
     struct io_uring ring;
-    int rc = ring_init(&ring);
-    if (rc < 0) {
-        fprintf(stderr, "raw_uring: io_uring_queue_init: %s\n", strerror(-rc));
-        exit(1);
-    }
+    raw_ring_open(&ring, "raw_uring");
     arm_accept(&ring, lfd);
     for (;;) {
         struct io_uring_cqe *cqe;
-        rc = io_uring_submit_and_wait(&ring, 1);
+        int rc = io_uring_submit_and_wait(&ring, 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
             fprintf(stderr, "raw_uring: submit: %s\n", strerror(-rc));
             exit(1);
@@ -186,12 +173,7 @@ static void *loop(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "--probe")) {
-        struct io_uring ring;
-        if (ring_init(&ring) < 0)
-            return 1;
-        io_uring_queue_exit(&ring);
-        return 0;
-    }
+    if (argc == 2 && !strcmp(argv[1], "--probe"))
+        return raw_ring_probe();
     return raw_main(argc, argv, "raw_uring", loop);
 }
