@@ -140,13 +140,6 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
     return weft__wait_arm_later(w, deadline);
 }
 
-int weft__wait_arm_later(weft__wait *w, int64_t deadline)
-{
-    if (deadline == WEFT_FOREVER || !w->active)
-        return 0;
-    return weft__timer_arm(w->r, &w->timer, deadline);
-}
-
 int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline)
 {
     weft__timer_disarm(w->r, &w->timer);
@@ -266,9 +259,7 @@ int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int
 int weft__op_start_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags,
                        int64_t deadline)
 {
-    int rc = 0;
-    if (deadline != WEFT_FOREVER && w->active) /* weft__wait_arm_later */
-        rc = weft__timer_arm(w->r, &w->timer, deadline);
+    int rc = weft__wait_arm_later(w, deadline);
     if (rc == 0)
         rc = arm_buf(w, op, fd, buf, len, flags);
     if (WEFT_UNLIKELY(rc < 0))

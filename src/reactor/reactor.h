@@ -496,8 +496,8 @@ static inline void weft__wait_init(weft__wait *w, weft__reactor *r,
 int weft__wait_arm_deadline(weft__wait *w, int64_t deadline);
 /* The same for a @deadline the caller has just seen to lie in the future
  * (or WEFT_FOREVER): no clock read. One that passed in between fires at the
- * next turn of the loop. */
-int weft__wait_arm_later(weft__wait *w, int64_t deadline);
+ * next turn of the loop. Inline, below weft__timer_arm. */
+static inline int weft__wait_arm_later(weft__wait *w, int64_t deadline);
 /* Wait for @fd to be ready for @events: the backend decides how (a
  * registration, a poll array entry, a ring POLL). A descriptor the backend
  * cannot watch (a regular file with epoll) is always ready: the wait
@@ -518,6 +518,12 @@ static inline int weft__timer_arm(weft__reactor *r, weft__timer *t, int64_t dead
     t->deadline = deadline;
     r->timers_armed++; /* the ended ones are those armed less those left */
     return weft__heap_push(&r->timers, t);
+}
+static inline int weft__wait_arm_later(weft__wait *w, int64_t deadline)
+{
+    if (deadline == WEFT_FOREVER || !w->active)
+        return 0;
+    return weft__timer_arm(w->r, &w->timer, deadline);
 }
 static inline void weft__timer_disarm(weft__reactor *r, weft__timer *t)
 {
