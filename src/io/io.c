@@ -196,7 +196,18 @@ static void std_nb_note(int fd)
     pthread_mutex_unlock(&std_nb_lock);
 }
 
-static int ensure_nonblock(int fd)
+int weft__fd_above_std(int fd)
+{
+    if (fd < 0 || fd > 2)
+        return fd;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return hi;
+}
+
+int weft__ensure_nonblock(int fd)
 {
     weft__fdstate *st = weft__fd(&weft__sched_tls()->r, fd);
     if (st && st->nonblock)
@@ -220,7 +231,7 @@ int weft__io_kind_slow(int fd)
     int kind = weft__fd_kind(&weft__sched_tls()->r, fd);
     if (kind < 0 || kind == WEFT__FD_FILE || kind == WEFT__FD_SOCKET)
         return kind;
-    int rc = ensure_nonblock(fd);
+    int rc = weft__ensure_nonblock(fd);
     return rc < 0 ? rc : kind;
 }
 
@@ -674,7 +685,7 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
         return rc;
     if (addr && !addrlen)
         return -EINVAL;
-    if ((rc = ensure_nonblock(fd)) < 0)
+    if ((rc = weft__ensure_nonblock(fd)) < 0)
         return rc;
     weft_sched_t *s = weft__sched_tls();
     const bool ring = weft__io_use_op(WEFT__FD_SOCKET, WEFT__OP_ACCEPT, deadline);
@@ -724,7 +735,7 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
         return rc;
     if (!addr)
         return -EINVAL;
-    if ((rc = ensure_nonblock(fd)) < 0)
+    if ((rc = weft__ensure_nonblock(fd)) < 0)
         return rc;
     if (weft__io_use_op(WEFT__FD_SOCKET, WEFT__OP_CONNECT, deadline)) {
         weft__opdesc d = {.op = WEFT__OP_CONNECT, .fd = fd,

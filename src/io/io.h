@@ -121,6 +121,14 @@ static inline bool weft__io_use_op(int kind, int op, int64_t deadline)
  * result, or why the wait ended if it was cancelled; *@hint (if not NULL)
  * gets what the completion said beyond it (weft__wait.op_hint). */
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint);
+/* @fd made non-blocking, once (the descriptor table remembers); a
+ * standard descriptor is made blocking again at exit (io.c). 0 or -errno. */
+int weft__ensure_nonblock(int fd);
+/* @fd itself if it is above 2 (or negative), else a close-on-exec copy
+ * above 2 with @fd closed: for descriptors weft holds, which must not take
+ * the number of a closed stdin, stdout or stderr. -1 with errno set if
+ * the copy fails. */
+int weft__fd_above_std(int fd);
 /* The kind of @fd (weft__fd_kind), with a non-socket made O_NONBLOCK
  * unless it is a regular file; -errno. */
 int weft__io_kind_slow(int fd);

@@ -12,7 +12,6 @@
 #include "io.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -76,13 +75,9 @@ int weft_proc_wait(pid_t pid, int *wstatus, int64_t deadline)
     int pfd = -1;
     if (!getenv("WEFT_PROC_NO_PIDFD"))
         pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pfd >= 0 && pfd <= 2) {
-        /* Held for the whole wait: not on a standard descriptor's number,
-         * which another fiber may read or close as its stdin or stdout. */
-        int hi = fcntl(pfd, F_DUPFD_CLOEXEC, 3);
-        close(pfd);
-        pfd = hi;
-    }
+    /* Held for the whole wait: not on a standard descriptor's number,
+     * which another fiber may read or close as its stdin or stdout. */
+    pfd = weft__fd_above_std(pfd);
     if (pfd < 0)
         return wait_polling(pid, wstatus, deadline);
     weft__reactor_fd_new(&weft__sched_tls()->r, pfd);

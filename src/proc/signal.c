@@ -16,7 +16,6 @@
 #include "io.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -62,11 +61,9 @@ int weft_signal_wait(int sfd, struct signalfd_siginfo *info, int64_t deadline)
     /* One made without SFD_NONBLOCK (as signalfd(2)'s own example makes
      * it) would hold the whole thread in read(2), past the deadline: make
      * it non-blocking, as the I/O calls do with the descriptors they get. */
-    int fl = fcntl(sfd, F_GETFL);
-    if (fl < 0)
-        return -errno;
-    if (!(fl & O_NONBLOCK) && fcntl(sfd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -errno;
+    rc = weft__ensure_nonblock(sfd);
+    if (rc < 0)
+        return rc;
     struct signalfd_siginfo si;
     for (;;) {
         ssize_t n = read(sfd, &si, sizeof si);

@@ -55,29 +55,17 @@ static void close_all(int *v, int n)
         }
 }
 
-/* @fd moved to a number above 2 (close-on-exec), so that the child's dup2
- * onto 0, 1 and 2 cannot overwrite a source before it is copied. */
-static int above_std(int fd)
-{
-    if (fd > 2)
-        return fd;
-    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return hi;
-}
-
 /* A pipe for the child's descriptor @i: its end in f->theirs[i], ours
- * (non-blocking) in f->ours[i]. */
+ * (non-blocking) in f->ours[i]; both above 2, so that the child's dup2
+ * onto 0, 1 and 2 cannot overwrite a source before it is copied. */
 static int make_pipe(fds *f, int i)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return -errno;
     int child = i == 0 ? p[0] : p[1], parent = i == 0 ? p[1] : p[0];
-    f->theirs[i] = above_std(child);
-    f->ours[i] = above_std(parent);
+    f->theirs[i] = weft__fd_above_std(child);
+    f->ours[i] = weft__fd_above_std(parent);
     if (f->theirs[i] < 0 || f->ours[i] < 0)
         return -errno;
     if (fcntl(f->ours[i], F_SETFL, O_NONBLOCK) < 0)
@@ -202,8 +190,7 @@ int weft_proc_spawn(weft_proc_t *p, const char *file, char *const argv[],
         np.pidfd_ = (int)syscall(SYS_pidfd_open, np.pid, 0);
     /* Kept as long as @p: not on a standard descriptor's number, which
      * the program may close or read as its own stdin/stdout/stderr. */
-    if (np.pidfd_ >= 0)
-        np.pidfd_ = above_std(np.pidfd_);
+    np.pidfd_ = weft__fd_above_std(np.pidfd_);
     /* New numbers: forget any earlier file weft knew under them. */
     int mine[4] = {np.in, np.out, np.err, np.pidfd_};
     for (int i = 0; i < 4; i++)
