@@ -248,6 +248,12 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
                      (NIL_P(fi->w_owner) || fi->w_owner == cur);
         if (!split) {
             rc = weft__rb_wait_fd(s, fd, ev, deadline);
+            /* Another fiber closed the IO while this one waited: poll(2)
+             * reports the dead descriptor (POLLNVAL) as ready, where the
+             * other backends end the wait with EBADF. IOError either way,
+             * as on a thread (`io.wait_readable` returned the closed IO). */
+            if (rc > 0)
+                (void)weft__rb_io_fd(io);
         } else {
             fi->w_owner = cur; /* while this wait lasts */
             struct iowait_arg a = {s, fd, ev, deadline, 0};

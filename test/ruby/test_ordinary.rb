@@ -843,4 +843,35 @@ class TestOrdinary < Minitest::Test
     assert_includes threads, [:outer_first, Timeout::Error, "execution expired"]
     assert_equal threads, fibers
   end
+
+  # 22. IO#wait_readable / IO#wait on an IO that another worker closes
+  # meanwhile: IOError, as on a thread. On the poll backend the closed
+  # descriptor (POLLNVAL) looked ready and the wait returned the closed IO.
+  def test_a_wait_on_an_io_closed_meanwhile_raises_as_on_threads
+    require "io/wait"
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      r, = IO.pipe
+      a, = UNIXSocket.pair
+      waits = {
+        wait_readable: -> { r.wait_readable(30) },
+        wait: -> { a.wait(30) },
+      }
+      workers = waits.map do |name, wait|
+        spawn.call do
+          got << [name, wait.call.class]
+        rescue IOError => e
+          got << [name, e.class]
+        end
+      end
+      workers << spawn.call { sleep 0.01; r.close; a.close }
+      finish.call(workers)
+      Array.new(waits.size) { got.pop }.sort
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    assert_equal [[:wait, IOError], [:wait_readable, IOError]], threads
+    assert_equal threads, fibers
+  end
 end
