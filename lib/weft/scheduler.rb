@@ -518,6 +518,33 @@ module Weft
 end
 
 module Weft
+  # Ruby 3.1's Thread#join(limit) under a scheduler calls the block hook
+  # with the limit in a loop until the thread has ended and never looks at
+  # the clock: a join with a limit waited for the whole thread (and a
+  # limit of 0 or below spun until it ended), where a thread gets nil once
+  # the limit has passed. Ruby 3.3 returns after the first block. From a
+  # non-blocking fiber under Weft, 3.1's join with a limit waits without
+  # one, for at most the limit (timeout_after), and returns nil then.
+  module JoinTimesOut
+    class TimedOut < Exception; end # rubocop:disable Lint/InheritException
+
+    def join(*limit)
+      return super if limit.size != 1 || !limit[0].is_a?(Numeric) || Fiber.blocking? ||
+                      !(scheduler = Fiber.scheduler).is_a?(Weft::Scheduler) ||
+                      limit[0].to_f.infinite? || !alive?
+      return nil unless limit[0].positive?
+
+      scheduler.timeout_after(limit[0], TimedOut) { super(nil) }
+    rescue TimedOut
+      alive? ? nil : join
+    end
+  end
+  private_constant :JoinTimesOut
+
+  Thread.prepend(JoinTimesOut) if RUBY_VERSION < "3.3"
+end
+
+module Weft
   # Ruby 3.1 keeps its "this file is being loaded" and "this constant is
   # being autoloaded" marks per thread, not per fiber: while one fiber is
   # inside `require "x"` (or an autoload's require), another fiber of the

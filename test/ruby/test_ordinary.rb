@@ -874,4 +874,32 @@ class TestOrdinary < Minitest::Test
     assert_equal [[:wait, IOError], [:wait_readable, IOError]], threads
     assert_equal threads, fibers
   end
+
+  # 23. Thread#join(limit) on a thread that is still running: nil once the
+  # limit has passed (or at once for 0 or less), as on a thread. Ruby 3.1
+  # called the block hook again and again with the limit until the thread
+  # ended: the join waited for the whole thread (a limit of 0 spun).
+  def test_thread_join_with_a_limit_as_on_threads
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      release = Thread::Queue.new
+      worker = Thread.new { release.pop; :value }
+      workers = []
+      workers << spawn.call do
+        got << [:limits, [0.02, 0, -1].map { |limit| worker.join(limit) }]
+        release << 1
+        got << [:after, worker.join(30) == worker, worker.value]
+      end
+      finish.call(workers)
+      Array.new(2) { got.pop }.sort
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    runner = Thread.new do
+      Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(_) {}) }
+    end
+    assert runner.join(20), "Thread#join(limit) went on past its limit"
+    assert_equal [[:after, true, :value], [:limits, [nil, nil, nil]]], threads
+    assert_equal threads, fibers
+  end
 end
