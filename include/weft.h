@@ -2019,7 +2019,11 @@ void weft_offload_shutdown(void);
  * getaddrinfo(3) that blocks only the calling fiber:
  * the lookup runs in the offload pool (glibc's resolver and NSS, exactly
  * as the process would resolve the name). Names in the reserved ".invalid"
- * domain fail at once (RFC 6761).
+ * domain fail at once (RFC 6761). A numeric @p node ("192.0.2.1", "::1",
+ * "fe80::1%eth0") or none, with a numeric @p service (a port number) or
+ * none, consults no resolver: it is parsed on the calling fiber and never
+ * waits, so it is answered also with a deadline of 0 and while the pool
+ * is busy (unless AI_CANONNAME is asked for).
  *
  * On success returns 0 and *@p res, to be freed with freeaddrinfo(3). If the
  * caller stops waiting, the lookup finishes in the background and its

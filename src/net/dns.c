@@ -86,6 +86,46 @@ static bool reserved_invalid(const char *node)
     return n == 7 || node[n - 8] == '.';
 }
 
+/* A service that getaddrinfo() takes as a port number: digits only. */
+static bool numeric_service(const char *service)
+{
+    if (!*service)
+        return false;
+    for (const char *c = service; *c; c++)
+        if (*c < '0' || *c > '9')
+            return false;
+    return true;
+}
+
+/* A numeric host (or none) and a numeric service (or none) are parsed on
+ * the calling thread: no resolver is consulted, so nothing can wait, and
+ * the answer must not queue behind the pool's jobs (a full pool would
+ * make "127.0.0.1" time out) or need a wait at all (a deadline of 0).
+ * 1 with *@rc the result, or 0 when the lookup needs the resolver. */
+static int lookup_numeric(const char *node, const char *service,
+                          const struct addrinfo *hints, struct addrinfo **res,
+                          int *rc)
+{
+    if ((service && !numeric_service(service)) ||
+        (hints && (hints->ai_flags & AI_CANONNAME)))
+        return 0; /* a service name, a canonical name: NSS may be asked */
+    struct addrinfo h = {0};
+    if (hints) {
+        h.ai_flags = hints->ai_flags;
+        h.ai_family = hints->ai_family;
+        h.ai_socktype = hints->ai_socktype;
+        h.ai_protocol = hints->ai_protocol;
+    } else {
+        h.ai_flags = AI_V4MAPPED | AI_ADDRCONFIG; /* getaddrinfo's default */
+    }
+    h.ai_flags |= AI_NUMERICHOST | (service ? AI_NUMERICSERV : 0);
+    int r = getaddrinfo(node, service, &h, res);
+    if (r == EAI_NONAME && node && !(hints && (hints->ai_flags & AI_NUMERICHOST)))
+        return 0; /* a name: for the resolver */
+    *rc = map_eai(r, r == EAI_SYSTEM ? errno : 0);
+    return 1;
+}
+
 int weft_getaddrinfo(const char *node, const char *service,
                      const struct addrinfo *hints, struct addrinfo **res,
                      int64_t deadline)
@@ -95,6 +135,8 @@ int weft_getaddrinfo(const char *node, const char *service,
         return rc;
     if (node && reserved_invalid(node))
         return -ENOENT;
+    if (lookup_numeric(node, service, hints, res, &rc))
+        return rc;
     lookup *l = calloc(1, sizeof *l);
     if (!l)
         return -ENOMEM;

@@ -191,6 +191,63 @@ static void test_dns(void)
              -EINVAL);
 }
 
+/* A gated job whose result is freed by the fiber that waited for it. */
+static void *gated_freeing_waiter(void *arg)
+{
+    (void)arg;
+    void *r = NULL;
+    CHECK_EQ(weft_offload(gated_job, NULL, free_result, &r, WEFT_FOREVER), 0);
+    free(r);
+    return NULL;
+}
+
+/* A numeric address needs no resolver, as getaddrinfo(3) on a thread
+ * answers it at once: not with a deadline of 0 (-EAGAIN, "would wait")
+ * nor behind the pool's jobs when every worker is busy (-ETIMEDOUT). */
+static void test_dns_numeric(void)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    CHECK_EQ(weft_getaddrinfo("127.0.0.1", "8080", &hints, &res, 0), 0);
+    struct sockaddr_in *sin = (struct sockaddr_in *)res->ai_addr;
+    CHECK_EQ(sin->sin_family, AF_INET);
+    CHECK_EQ(ntohl(sin->sin_addr.s_addr), INADDR_LOOPBACK);
+    CHECK_EQ(ntohs(sin->sin_port), 8080);
+    freeaddrinfo(res);
+    CHECK_EQ(weft_getaddrinfo("::1", NULL, &hints, &res, 0), 0);
+    CHECK_EQ(res->ai_family, AF_INET6);
+    freeaddrinfo(res);
+    CHECK_EQ(weft_getaddrinfo(NULL, "80", &hints, &res, 0), 0);
+    freeaddrinfo(res);
+    /* A deadline that has passed: the one attempt is all it takes. */
+    CHECK_EQ(weft_getaddrinfo("127.0.0.1", NULL, NULL, &res, 1), 0);
+    freeaddrinfo(res);
+    /* Bad numeric requests are refused at once too. */
+    hints.ai_family = AF_INET6;
+    hints.ai_flags = AI_NUMERICHOST;
+    CHECK_EQ(weft_getaddrinfo("127.0.0.1", NULL, &hints, &res, 0), -ENODATA);
+    hints.ai_family = 0;
+    CHECK_EQ(weft_getaddrinfo("not-a-number", NULL, &hints, &res, 0), -ENOENT);
+    hints.ai_flags = 0;
+    /* A name still goes through the pool: deadline 0 cannot wait for it. */
+    CHECK_EQ(weft_getaddrinfo("localhost", "80", &hints, &res, 0), -EAGAIN);
+
+    /* Every worker busy: a numeric lookup is answered all the same. */
+    atomic_store(&gate, 0);
+    atomic_store(&runs, 0);
+    weft_fiber_t w[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(weft_spawn(gated_freeing_waiter, NULL, NULL, &w[i]), 0);
+    while (atomic_load(&runs) < 4)
+        CHECK_EQ(weft_sleep(MS), 0);
+    CHECK_EQ(weft_getaddrinfo("127.0.0.1", "443", &hints, &res,
+                              weft_deadline_in(20 * MS)), 0);
+    freeaddrinfo(res);
+    atomic_store(&gate, 1);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(weft_join(w[i], NULL, WEFT_FOREVER), 0);
+}
+
 /* A child of fork() gets a pool of its own (the parent's workers do not
  * exist there). The child is a plain process: it runs its own loop. */
 static void *child_body(void *arg)
@@ -253,6 +310,7 @@ static void *body(void *arg)
     (void)arg;
     test_offload();
     test_dns();
+    test_dns_numeric();
     test_fork();
     return NULL;
 }
