@@ -709,12 +709,11 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  *
  * O_NONBLOCK belongs to the open file description, which every copy of
  * the descriptor shares, and it stays set: after weft_write(1, ...) or
- * weft_read(0, ...), stdio on the same descriptor (printf) and children
- * that inherit it (weft_proc_spawn() with WEFT_PROC_INHERIT) get EAGAIN
- * where they expect to block, and lose output when a pipe or terminal is
- * full; so may other processes sharing the terminal or pipe. Give such
- * a descriptor to weft only, or to stdio and children only (a child's
- * output can come through a WEFT_PROC_PIPE). A standard descriptor (0, 1
+ * weft_read(0, ...), stdio on the same descriptor (printf) and processes
+ * that share it without weft_proc_spawn() (which gives its children their
+ * standard descriptors blocking) get EAGAIN where they expect to block,
+ * and lose output when a pipe or terminal is full. Give such a descriptor
+ * to weft only, or to stdio only. A standard descriptor (0, 1
  * or 2) that weft made non-blocking is made blocking again when the
  * process exits (exit(3) or returning from main; not _exit(2), and not in
  * a forked child), so that the shell, the terminal and the next program
@@ -1376,7 +1375,19 @@ typedef struct weft_proc {
  * posix_spawn(3): the child shares no memory with this process once it has
  * started; its signal mask is empty and SIGPIPE is at its default, whatever
  * this thread blocks or ignores; no descriptor of this process that is
- * close-on-exec (every one weft makes) reaches it. Callable outside fibers;
+ * close-on-exec (every one weft makes) reaches it.
+ *
+ * The child's standard descriptors block, as programs expect of their
+ * stdin, stdout and stderr, also those weft made non-blocking here (a
+ * connection from weft_accept() handed over inetd-style, an end of a
+ * weft_pipe(), this process's own stdout after weft_write(1, ...)),
+ * given with WEFT_PROC_FD or WEFT_PROC_INHERIT. A pipe, FIFO or terminal
+ * is opened anew for the child (through /proc/self/fd): a description of
+ * its own, so this process's stays non-blocking. A connected socket has
+ * one description only: it is made blocking, which weft's own calls on it
+ * do not mind (they pass MSG_DONTWAIT), but recv(2) and send(2) without
+ * it then wait. A listening socket, a pseudo-terminal's master, and any
+ * descriptor when /proc is missing, are given as they are. Callable outside fibers;
  * never waits for the child (the calling thread is held only while the
  * child is being started).
  *

@@ -26,9 +26,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #ifndef SYS_pidfd_open
@@ -96,6 +101,68 @@ static int check_opts(const weft_proc_opts_t *o)
     return 0;
 }
 
+/* A terminal that reopens as itself: not a pseudo-terminal master, which
+ * /proc/self/fd reopens as /dev/ptmx, a new master. */
+static bool reopens_as_itself(int fd, const struct stat *sb)
+{
+    if (S_ISFIFO(sb->st_mode))
+        return true; /* a pipe or a FIFO: the same pipe */
+    unsigned pty;
+    return S_ISCHR(sb->st_mode) && isatty(fd) && ioctl(fd, TIOCGPTN, &pty) < 0;
+}
+
+/*
+ * The child's standard descriptors must block, as every program expects
+ * of its stdin, stdout and stderr: a non-blocking one makes it fail with
+ * EAGAIN (cat: Resource temporarily unavailable) or lose output where it
+ * would have waited. O_NONBLOCK belongs to the open file description,
+ * which weft sets on the descriptors it makes (weft_pipe, weft_accept...)
+ * and on those it reads and writes. So, for a descriptor @fd given to the
+ * child that is non-blocking:
+ *   - a pipe, FIFO or terminal is opened anew through /proc/self/fd: a
+ *     description of its own for the child, blocking, while this process's
+ *     stays as it is. Returns the new descriptor (close-on-exec, above 2).
+ *   - a connected socket (@sockets) is made blocking: it has one
+ *     description only, and weft needs no O_NONBLOCK on it (its calls pass
+ *     MSG_DONTWAIT). A listening socket is left alone.
+ * Else, or when that fails (no /proc, a FIFO without reader), -1: the
+ * child gets @fd as it is.
+ */
+static int blocking_for_child(int fd, bool sockets)
+{
+    int fl = fcntl(fd, F_GETFL);
+    struct stat sb;
+    if (fl < 0 || !(fl & O_NONBLOCK) || fstat(fd, &sb) < 0)
+        return -1;
+    if (S_ISSOCK(sb.st_mode)) {
+        int listening = 0;
+        socklen_t len = sizeof listening;
+        if (sockets &&
+            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
+            !listening)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        return -1;
+    }
+    if (!reopens_as_itself(fd, &sb))
+        return -1;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    /* O_NONBLOCK for the open itself: a FIFO opened for reading would
+     * wait for a writer. */
+    int nfd = open(path, (fl & O_ACCMODE) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (nfd < 0)
+        return -1;
+    struct stat nb;
+    nfd = weft__fd_above_std(nfd);
+    if (nfd >= 0 && (fstat(nfd, &nb) < 0 || nb.st_ino != sb.st_ino ||
+                     nb.st_dev != sb.st_dev || nb.st_rdev != sb.st_rdev ||
+                     fcntl(nfd, F_SETFL, fl & ~O_NONBLOCK) < 0)) {
+        close(nfd);
+        nfd = -1;
+    }
+    return nfd;
+}
+
 /* The file actions for descriptor @i of the child. */
 static int plan_stdio(posix_spawn_file_actions_t *fa, const weft_proc_opts_t *o,
                       fds *f, int i)
@@ -111,15 +178,22 @@ static int plan_stdio(posix_spawn_file_actions_t *fa, const weft_proc_opts_t *o,
                                                  i == 0 ? O_RDONLY : O_WRONLY, 0);
     case WEFT_PROC_FD: {
         int src = o->stdio_fd[i];
-        if (src <= 2 && src != i) {
-            /* A copy above 2: the dup2 onto a lower number must not
-             * destroy a source still to be copied. */
-            if ((f->theirs[i] = fcntl(src, F_DUPFD_CLOEXEC, 3)) < 0)
-                return -errno;
+        /* A blocking description of its own is above 2 too; else a copy
+         * above 2: the dup2 onto a lower number must not destroy a source
+         * still to be copied. */
+        if ((f->theirs[i] = blocking_for_child(src, true)) < 0 && src <= 2 &&
+            src != i && (f->theirs[i] = fcntl(src, F_DUPFD_CLOEXEC, 3)) < 0)
+            return -errno;
+        if (f->theirs[i] >= 0)
             src = f->theirs[i];
-        }
         return -posix_spawn_file_actions_adddup2(fa, src, i);
     }
+    case WEFT_PROC_INHERIT:
+        /* This process's own, made non-blocking by weft_read(0, ...) or
+         * weft_write(1, ...): the child gets it blocking. */
+        if ((f->theirs[i] = blocking_for_child(i, false)) < 0)
+            return 0;
+        return -posix_spawn_file_actions_adddup2(fa, f->theirs[i], i);
     case WEFT_PROC_STDOUT:
         return -posix_spawn_file_actions_adddup2(fa, 1, 2);
     default:

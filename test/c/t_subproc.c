@@ -247,6 +247,105 @@ static void low_descriptors(void)
     CHECK_EQ(weft_proc_close(&p), 0);
 }
 
+/* The child's view of its descriptors 0 and 1: a shell that writes
+ * "0:B 1:B" to its stderr, B 1 where O_NONBLOCK is set (as fdinfo shows
+ * the shell's own descriptors, which its command substitutions leave as
+ * they are). */
+static void child_flags(weft_proc_opts_t *o, char *out)
+{
+    static const char script[] =
+        "nb() { f=$(sed -n 's/^flags:[[:space:]]*//p' /proc/$$/fdinfo/$1);"
+        " echo $(( (0$f & 04000) != 0 )); };"
+        " echo \"0:$(nb 0) 1:$(nb 1)\" >&2";
+    o->stdio[2] = WEFT_PROC_PIPE;
+    CHECK_EQ(run_sh(script, o, NULL, out), 0);
+    size_t n = strlen(out);
+    if (n && out[n - 1] == '\n')
+        out[n - 1] = '\0';
+}
+
+static int nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    CHECK(fl >= 0);
+    return !!(fl & O_NONBLOCK);
+}
+
+/* The child's standard descriptors block, as programs expect, although
+ * weft made them non-blocking here (weft_accept, weft_pipe, weft_write on
+ * our own stdout): a connected socket handed over inetd-style, a pipe
+ * between two programs, a terminal. Pipes and terminals are opened anew
+ * for the child, so ours stay non-blocking. */
+static void blocking_stdio(void)
+{
+    char out[256];
+    int a, b, p[2];
+    h_tcp_pair(&a, &b);
+    CHECK_EQ(weft_pipe(p), 0);
+    CHECK(nonblocking(a) && nonblocking(p[1]));
+    weft_proc_opts_t o = {.stdio = {WEFT_PROC_FD, WEFT_PROC_FD},
+                          .stdio_fd = {a, p[1]}};
+    child_flags(&o, out);
+    CHECK(strcmp(out, "0:0 1:0") == 0);
+    CHECK(nonblocking(p[1])); /* ours: a description of its own */
+
+    /* inetd: cat talks to the peer over the accepted connection. */
+    weft_proc_t c;
+    o = (weft_proc_opts_t){.stdio = {WEFT_PROC_FD, WEFT_PROC_FD, WEFT_PROC_NULL},
+                           .stdio_fd = {a, a}};
+    CHECK_EQ(weft_proc_spawn(&c, "cat", argv_cat, &o), 0);
+    CHECK_EQ(weft_close(a), 0);
+    CHECK_EQ(weft_write_all(b, "ping\n", 5, NULL, WEFT_FOREVER), 0);
+    char buf[8];
+    size_t got;
+    CHECK_EQ(weft_read_full(b, buf, 5, &got, weft_deadline_in(5000 * MS)), 0);
+    CHECK(memcmp(buf, "ping\n", 5) == 0);
+    CHECK_EQ(weft_shutdown(b, SHUT_WR), 0);
+    CHECK_EQ(weft_read(b, buf, sizeof buf, weft_deadline_in(5000 * MS)), 0);
+    int st;
+    CHECK_EQ(weft_proc_join(&c, &st, weft_deadline_in(5000 * MS)), 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(weft_proc_close(&c), 0);
+    CHECK_EQ(weft_close(b), 0);
+
+    /* Our own stdout, made non-blocking by weft, inherited. */
+    fflush(stdout);
+    int saved1 = dup(1);
+    CHECK(saved1 >= 0 && dup2(p[1], 1) == 1);
+    CHECK_EQ(weft_write(1, "x", 1, WEFT_FOREVER), 1);
+    o = (weft_proc_opts_t){.stdio = {WEFT_PROC_NULL, WEFT_PROC_INHERIT}};
+    child_flags(&o, out);
+    int still = nonblocking(1);
+    CHECK(dup2(saved1, 1) == 1);
+    close(saved1);
+    CHECK(strcmp(out, "0:0 1:0") == 0);
+    CHECK(still);
+    CHECK_EQ(weft_close(p[0]), 0);
+    CHECK_EQ(weft_close(p[1]), 0);
+
+    /* A terminal; a pseudo-terminal's master is not reopened (that would
+     * make a new one), and neither is a listening socket. */
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0);
+    int t = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
+    CHECK(t >= 0);
+    CHECK(fcntl(m, F_SETFL, O_NONBLOCK) == 0);
+    o = (weft_proc_opts_t){.stdio = {WEFT_PROC_FD, WEFT_PROC_FD},
+                           .stdio_fd = {t, m}};
+    child_flags(&o, out);
+    CHECK(strcmp(out, "0:0 1:1") == 0);
+    CHECK(nonblocking(t));
+    close(t);
+    close(m);
+    int l = weft_tcp_listen("127.0.0.1", 0, 4, 0);
+    CHECK(l >= 0);
+    o = (weft_proc_opts_t){.stdio = {WEFT_PROC_FD, WEFT_PROC_NULL},
+                           .stdio_fd = {l}};
+    child_flags(&o, out);
+    CHECK(strcmp(out, "0:1 1:0") == 0);
+    CHECK_EQ(weft_close(l), 0);
+}
+
 typedef struct job {
     weft_proc_t *p;
     int rc;
@@ -373,6 +472,7 @@ static void *body(void *arg)
     through_cat();
     stdio_modes();
     low_descriptors();
+    blocking_stdio();
     join_kill_cancel();
     errors();
     /* Without pidfd: joins poll (weft_proc_wait's fallback). */
