@@ -62,7 +62,8 @@ static void intr_timer_fired(weft__timer *t)
     rintr *ri = (rintr *)((char *)t - offsetof(rintr, timer));
     ri->fired = 1;
     ri->s->st.timers_fired++;
-    intr_kick(ri->s, ri->fiber);
+    if (!ri->masked)
+        intr_kick(ri->s, ri->fiber);
 }
 
 /* Raise the first pending interrupt of the current fiber, if any. */
@@ -70,7 +71,7 @@ void weft__rb_deliver_interrupts(rsched *s, VALUE fiber)
 {
     for (weft__node *n = s->intrs.head; n; n = n->next) {
         rintr *ri = INTR_OF(n);
-        if (!ri->fired || ri->delivered || ri->fiber != fiber)
+        if (!ri->fired || ri->delivered || ri->masked || ri->fiber != fiber)
             continue;
         ri->delivered = 1;
         VALUE exc;
@@ -96,7 +97,7 @@ bool weft__rb_intr_pending(rsched *s, VALUE fiber)
 {
     for (weft__node *n = s->intrs.head; n; n = n->next) {
         rintr *ri = INTR_OF(n);
-        if (ri->fired && !ri->delivered && ri->fiber == fiber)
+        if (ri->fired && !ri->delivered && !ri->masked && ri->fiber == fiber)
             return true;
     }
     return false;
@@ -124,6 +125,71 @@ long weft__rb_stop_all(rsched *s, VALUE exc)
             weft__wait_complete(&rw->w, -ECANCELED);
     }
     return n;
+}
+
+/* ---- Thread.handle_interrupt ------------------------------------------- */
+
+/* On a thread, Timeout raises with Thread#raise, which
+ * Thread.handle_interrupt(SomeClass => :never) defers until the block
+ * ends: the code inside (a pool's checkin, a commit) is not cut short.
+ * The prepended Thread.handle_interrupt (lib/weft/scheduler.rb) keeps
+ * the masks of a non-blocking fiber in a fiber-local stack; a timeout of
+ * that fiber whose class a :never mask covers neither wakes its waits
+ * nor is raised (masked), until the masks change (_remask). Interrupts
+ * reach a fiber only in hooks, which block: :on_blocking is :immediate. */
+static ID id_masks, id_never;
+
+/* The class a thread would have been raised for this timeout. */
+static VALUE intr_mask_class(rintr *ri)
+{
+    if (ri->exit)
+        return ri->exit_class == cTimeoutExit ? ri->klass : ri->exit_class;
+    return ri->klass;
+}
+
+/* Whether the current fiber's masks defer @klass, as Ruby decides it:
+ * the innermost mask that names @klass or one of its ancestors. */
+static bool masks_defer(VALUE masks, VALUE klass)
+{
+    if (!RB_TYPE_P(masks, T_ARRAY) || RARRAY_LEN(masks) == 0 || !RB_TYPE_P(klass, T_CLASS))
+        return false;
+    VALUE ancestors = rb_mod_ancestors(klass);
+    for (long i = RARRAY_LEN(masks) - 1; i >= 0; i--) {
+        VALUE mask = RARRAY_AREF(masks, i);
+        if (!RB_TYPE_P(mask, T_HASH))
+            continue;
+        for (long j = 0; j < RARRAY_LEN(ancestors); j++) {
+            VALUE v = rb_hash_lookup2(mask, RARRAY_AREF(ancestors, j), Qundef);
+            if (v != Qundef)
+                return SYMBOL_P(v) && SYM2ID(v) == id_never;
+        }
+    }
+    return false;
+}
+
+static VALUE current_masks(void)
+{
+    return rb_thread_local_aref(rb_thread_current(), id_masks);
+}
+
+/* _remask: the current fiber's masks changed; mask or unmask its
+ * timeouts, and raise one that is due and no longer masked. */
+static VALUE s_remask(VALUE self)
+{
+    rsched *s = weft__rb_get_sched(self);
+    VALUE cur = rb_fiber_current();
+    VALUE masks = current_masks();
+    bool due = false;
+    for (weft__node *n = s->intrs.head; n; n = n->next) {
+        rintr *ri = INTR_OF(n);
+        if (ri->heap || ri->delivered || ri->fiber != cur)
+            continue;
+        ri->masked = masks_defer(masks, intr_mask_class(ri));
+        due |= ri->fired && !ri->masked;
+    }
+    if (due)
+        weft__rb_deliver_interrupts(s, cur);
+    return Qnil;
 }
 
 /* ---- hooks -------------------------------------------------------------- */
@@ -218,6 +284,9 @@ static VALUE s_timeout_after(int argc, VALUE *argv, VALUE self)
     }
     ri.timer.idx = WEFT__TIMER_IDLE;
     ri.timer.fire = intr_timer_fired;
+    VALUE masks = current_masks();
+    if (!NIL_P(masks))
+        ri.masked = masks_defer(masks, intr_mask_class(&ri));
     intr_link(s, &ri);
     if (deadline != WEFT_FOREVER) {
         if (weft__timer_arm(&s->r, &ri.timer, deadline) < 0) {
@@ -267,6 +336,9 @@ void weft__rb_init_intr(VALUE klass)
     /* What ends a Timeout.timeout block inside it where Ruby has no
      * Timeout::ExitException (3.1, 3.2): not a StandardError. */
     cTimeoutExit = rb_define_class_under(klass, "TimeoutExit", rb_eException);
+    id_masks = rb_intern("__weft_interrupt_masks");
+    id_never = rb_intern("never");
+    rb_define_method(klass, "_remask", s_remask, 0);
     rb_define_method(klass, "timeout_after", s_timeout_after, -1);
     rb_define_method(klass, "fiber_interrupt", s_fiber_interrupt, 2);
     rb_define_method(klass, "stop", s_stop, 1);

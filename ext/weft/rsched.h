@@ -134,6 +134,7 @@ typedef struct rintr {
     uint8_t heap;       /* allocated with ZALLOC: freed when delivered      */
     uint8_t linked;     /* on rsched.intrs                                  */
     uint8_t exit;       /* timeout_after for Timeout::Error: see intr.c     */
+    uint8_t masked;     /* deferred by Thread.handle_interrupt(... => :never) */
 } rintr;
 
 /* What the extension knows of one descriptor number (rsched.fdi). */

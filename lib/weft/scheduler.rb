@@ -545,6 +545,37 @@ module Weft
 end
 
 module Weft
+  # Thread.handle_interrupt(Exception => :never) { ... } keeps a thread's
+  # Timeout from cutting the block short (connection_pool checks a
+  # connection in so, a transaction commits so): Timeout raises with
+  # Thread#raise, which the mask defers until the block ends. A fiber's
+  # timeout is raised by the scheduler in a hook instead, and ignored the
+  # mask. From a non-blocking fiber under Weft the masks are also kept in
+  # a fiber-local stack that timeout_after consults (Scheduler#_remask).
+  module HandleInterruptMasks
+    def handle_interrupt(masks)
+      scheduler = Fiber.scheduler
+      return super unless block_given? && scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      super do
+        stack = (Thread.current[:__weft_interrupt_masks] ||= [])
+        stack.push(masks)
+        scheduler._remask
+        begin
+          yield
+        ensure
+          stack.pop
+          scheduler._remask
+        end
+      end
+    end
+  end
+  private_constant :HandleInterruptMasks
+
+  Thread.singleton_class.prepend(HandleInterruptMasks)
+end
+
+module Weft
   # Ruby 3.1 keeps its "this file is being loaded" and "this constant is
   # being autoloaded" marks per thread, not per fiber: while one fiber is
   # inside `require "x"` (or an autoload's require), another fiber of the

@@ -902,4 +902,53 @@ class TestOrdinary < Minitest::Test
     assert_equal [[:after, true, :value], [:limits, [nil, nil, nil]]], threads
     assert_equal threads, fibers
   end
+
+  # 24. A pool that checks its connection out and in under
+  # Thread.handle_interrupt(Exception => :never), as connection_pool
+  # does, and lets only the caller's block be interrupted: a Timeout that
+  # passes while the connection is being checked in waits until that is
+  # done, as on a thread. The scheduler raised it inside the checkin (the
+  # mask was ignored) and the connection was lost to the pool.
+  def test_handle_interrupt_defers_a_timeout_as_on_threads
+    pool_class = Class.new do
+      def initialize
+        @lock = Thread::Mutex.new
+        @free = [:conn]
+      end
+
+      def with
+        Thread.handle_interrupt(Exception => :never) do
+          conn = @lock.synchronize { @free.pop }
+          begin
+            Thread.handle_interrupt(Exception => :immediate) { yield conn }
+          ensure
+            sleep 0.03 # the connection's reset, a round trip
+            @lock.synchronize { @free.push(conn) }
+          end
+        end
+      end
+
+      def size = @lock.synchronize { @free.size }
+    end
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      workers = []
+      { in_checkin: 0.001, in_block: 30 }.each do |name, work|
+        pool = pool_class.new
+        workers << spawn.call do
+          Timeout.timeout(0.01) { pool.with { sleep work } }
+          got << [name, :returned, pool.size]
+        rescue Timeout::Error => e
+          got << [name, e.class, pool.size]
+        end
+      end
+      finish.call(workers)
+      Array.new(2) { got.pop }.sort
+    end
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(_) {}) }
+    assert_equal [[:in_block, Timeout::Error, 1], [:in_checkin, Timeout::Error, 1]], threads
+    assert_equal threads, fibers
+  end
 end
