@@ -964,6 +964,10 @@ int weft_local_port(int fd);
  * with write-behind on (weft_write_behind()), call weft_flush() before a
  * send through these. A datagram larger than the buffer is cut to it
  * (MSG_TRUNC in @p flags returns its real length, as recv(2) does).
+ * MSG_WAITALL on a stream socket waits until the buffers are full, as
+ * recv(2) does; end of file, an error, the deadline or a cancel returns
+ * the bytes received until then (not with MSG_PEEK, nor with a control
+ * buffer for recvmsg: then it returns what is there).
  * @{
  */
 

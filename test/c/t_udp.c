@@ -245,9 +245,78 @@ static int have_ipv6(void)
     return 1;
 }
 
+typedef struct later {
+    int fd;
+    const char *text;
+} later;
+
+/* Writes its text once the fiber that spawned it waits. */
+static void *write_later(void *arg)
+{
+    later *l = arg;
+    CHECK_EQ(weft_write_all(l->fd, l->text, strlen(l->text), NULL, WEFT_FOREVER), 0);
+    return NULL;
+}
+
+/* MSG_WAITALL on a TCP connection waits for the whole buffer, as recv(2)
+ * does, though the bytes come in two parts: the second is written only
+ * once the receiver waits. End of file and the deadline end it with the
+ * bytes that came; a datagram is one datagram still. */
+static void stream_waitall(void)
+{
+    int a, b;
+    h_tcp_pair(&a, &b);
+    char buf[16] = {0};
+    weft_fiber_t w;
+    later l = {b, "defgh"};
+    CHECK_EQ(weft_write_all(b, "abc", 3, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_spawn(write_later, &l, NULL, &w), 0);
+    CHECK_EQ(weft_recvfrom(a, buf, 8, MSG_WAITALL, NULL, NULL,
+                           weft_deadline_in(5000 * MS)), 8);
+    CHECK(memcmp(buf, "abcdefgh", 8) == 0);
+    CHECK_EQ(weft_join(w, NULL, WEFT_FOREVER), 0);
+
+    /* recvmsg: scattered over three buffers, the cut inside the second. */
+    char p1[3], p2[4], p3[2];
+    struct iovec iov[3] = {{p1, 3}, {p2, 4}, {p3, 2}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 3};
+    l.text = "45678";
+    CHECK_EQ(weft_write_all(b, "0123", 4, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_spawn(write_later, &l, NULL, &w), 0);
+    CHECK_EQ(weft_recvmsg(a, &m, MSG_WAITALL, weft_deadline_in(5000 * MS)), 9);
+    CHECK(memcmp(p1, "012", 3) == 0 && memcmp(p2, "3456", 4) == 0 &&
+          memcmp(p3, "78", 2) == 0);
+    CHECK(iov[1].iov_base == p2 && iov[1].iov_len == 4); /* the caller's, intact */
+    CHECK_EQ(weft_join(w, NULL, WEFT_FOREVER), 0);
+
+    /* The deadline passes, then end of file: what came is returned. */
+    CHECK_EQ(weft_write_all(b, "p", 1, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_recvfrom(a, buf, 4, MSG_WAITALL, NULL, NULL,
+                           weft_deadline_in(2 * MS)), 1);
+    CHECK_EQ(weft_write_all(b, "xy", 2, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_shutdown(b, SHUT_WR), 0);
+    CHECK_EQ(weft_recvfrom(a, buf, 8, MSG_WAITALL, NULL, NULL,
+                           weft_deadline_in(5000 * MS)), 2);
+    CHECK(memcmp(buf, "xy", 2) == 0);
+    CHECK_EQ(weft_recvfrom(a, buf, 8, MSG_WAITALL, NULL, NULL,
+                           weft_deadline_in(5000 * MS)), 0);
+    CHECK_EQ(weft_close(a), 0);
+    CHECK_EQ(weft_close(b), 0);
+
+    int u = udp_bound("127.0.0.1");
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    CHECK_EQ(getsockname(u, (struct sockaddr *)&ss, &sl), 0);
+    CHECK_EQ(weft_sendto(u, "dg", 2, 0, (struct sockaddr *)&ss, sl, WEFT_FOREVER), 2);
+    CHECK_EQ(weft_recvfrom(u, buf, 8, MSG_WAITALL, NULL, NULL,
+                           weft_deadline_in(5000 * MS)), 2);
+    CHECK_EQ(weft_close(u), 0);
+}
+
 static void *body(void *arg)
 {
     (void)arg;
+    stream_waitall();
     addresses("127.0.0.1");
     if (have_ipv6())
         addresses("::1");
