@@ -522,7 +522,7 @@ module Weft
   # with the limit in a loop until the thread has ended and never looks at
   # the clock: a join with a limit waited for the whole thread (and a
   # limit of 0 or below spun until it ended), where a thread gets nil once
-  # the limit has passed. Ruby 3.3 returns after the first block. From a
+  # the limit has passed. Ruby 3.2 returns after the first block. From a
   # non-blocking fiber under Weft, 3.1's join with a limit waits without
   # one, for at most the limit (timeout_after), and returns nil then.
   module JoinTimesOut
@@ -541,7 +541,7 @@ module Weft
   end
   private_constant :JoinTimesOut
 
-  Thread.prepend(JoinTimesOut) if RUBY_VERSION < "3.3"
+  Thread.prepend(JoinTimesOut) if RUBY_VERSION < "3.2"
 end
 
 module Weft

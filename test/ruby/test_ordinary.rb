@@ -592,9 +592,9 @@ class TestOrdinary < Minitest::Test
       "mutex.sleep(-1)" => -> { m = Mutex.new; m.synchronize { m.sleep(-1) } },
     }
     # Ruby 3.1 drops Thread#join's timeout under any scheduler (fixed in
-    # 3.2, see the README); Queue timeouts are 3.2's.
+    # 3.2; weft's Thread#join gives it back); Queue timeouts are 3.2's.
+    cases["join(-1)"] = -> { Thread.new { sleep 0.2 }.join(-1) }
     if RUBY_VERSION >= "3.2"
-      cases["join(-1)"] = -> { Thread.new { sleep 0.2 }.join(-1) }
       cases["pop(timeout: -1)"] = -> { Queue.new.pop(timeout: -1) }
       cases["push(timeout: -0.5)"] = -> { q = SizedQueue.new(1); q << 1; q.push(2, timeout: -0.5) }
     end
