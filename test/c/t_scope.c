@@ -153,9 +153,36 @@ static int k_proc(void *arg) { (void)arg; return weft_proc_wait(kid, NULL, WEFT_
 static int (*const kinds[])(void *) = {k_chan, k_future, k_cond, k_sem,
                                        k_waitgroup, k_note, k_offload, k_proc};
 
+/* Holds the thread, without yielding, until both deadlines of
+ * late_sleep have passed: the loop then finds them due at once. */
+static int64_t late_until;
+static weft_fiber_t hog_h;
+static void *hog(void *arg)
+{
+    (void)arg;
+    while (weft_now() < late_until)
+        ;
+    return NULL;
+}
+
+static int late_sleep(void *arg)
+{
+    (void)arg;
+    late_until = weft_deadline_in(6 * MS);
+    CHECK_EQ(weft_spawn(hog, NULL, NULL, &hog_h), 0);
+    /* The scope (1 ms) ends this sleep (3 ms), though the loop, held up,
+     * looks only after both have passed. */
+    CHECK_EQ(weft_sleep(3 * MS), -ETIMEDOUT);
+    CHECK(weft_now() >= late_until);
+    return 7;
+}
+
 static void *body(void *arg)
 {
     (void)arg;
+    /* a loop that wakes after both the scope and the sleep */
+    CHECK_EQ(weft_scope_run(weft_deadline_in(1 * MS), late_sleep, NULL), 7);
+    CHECK_EQ(weft_join(hog_h, NULL, WEFT_FOREVER), 0);
     CHECK_EQ(weft_pipe(pipefd), 0);
     CHECK_EQ(weft_scope_deadline(), WEFT_FOREVER);
 
