@@ -868,10 +868,15 @@ class TestOrdinary < Minitest::Test
       finish.call(workers)
       Array.new(waits.size) { got.pop }.sort
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
     fibers = nil
     Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
-    assert_equal [[:wait, IOError], [:wait_readable, IOError]], threads
+    assert_equal [[:wait, IOError], [:wait_readable, IOError]], fibers
+    # The reference on threads: Ruby 3.3's wait_readable on a thread now
+    # and then returns the IO its close woke (5 runs in 50 here), so only
+    # 3.1's threads, which always raise, are compared with.
+    return unless RUBY_VERSION < "3.3"
+
+    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
     assert_equal threads, fibers
   end
 
