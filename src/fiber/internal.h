@@ -231,6 +231,10 @@ struct weft__fiber {
     weft__wait *joiner;       /* a fiber joining this one                  */
     weft__stack stack;
     uint32_t slot;            /* index in the handle table                 */
+    /* Stands for the deadlines of its I/O waits (weft__wait_keep,
+     * reactor.h): its own timer, armed at one of them, kept across
+     * requests. Idle at spawn, disarmed at exit. */
+    weft__timer keeper;
 #ifdef WEFT_ASAN
     void *asan_fake;
     const void *asan_from_bottom;

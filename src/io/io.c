@@ -55,6 +55,15 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
                             WEFT__FDOBJ(fd), -1);
 }
 
+/* A blocking call's @deadline for its wait @w, given through the calling
+ * fiber's keeper (weft__wait_keep): a connection's calls, each with the
+ * same timeout, arm no timer of their own. Like weft__wait_arm_later, a
+ * deadline that has passed ends the wait at the next turn of the loop. */
+static inline int keep_deadline(weft_sched_t *s, weft__wait *w, int64_t deadline)
+{
+    return weft__wait_keep(w, &s->current->keeper, deadline);
+}
+
 int weft__io_wait_as(int fd, uint32_t events, int64_t deadline, int kind,
                      const void *obj, int opk)
 {
@@ -62,7 +71,9 @@ int weft__io_wait_as(int fd, uint32_t events, int64_t deadline, int kind,
     weft__wait w;
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
     w.okind = (uint8_t)(opk + 1);
-    int rc = weft__wait_arm_deadline(&w, deadline);
+    /* 0, "try once", ends the wait now with -EAGAIN. */
+    int rc = deadline > 0 ? keep_deadline(s, &w, deadline)
+                          : weft__wait_arm_deadline(&w, deadline);
     if (rc == 0)
         rc = weft__wait_arm_fd(&w, fd, events);
     if (rc < 0) {
@@ -120,7 +131,12 @@ ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
     /* Aligned: its two lines (see weft__wait), not three. */
     weft__wait w __attribute__((aligned(64)));
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
-    int rc = weft__op_start(&w, d, deadline);
+    int rc = keep_deadline(s, &w, deadline);
+    if (WEFT_UNLIKELY(rc < 0)) {
+        weft__wait_complete(&w, rc);
+        return rc;
+    }
+    rc = weft__op_start(&w, d, WEFT_FOREVER);
     if (rc < 0)
         return rc;
     return op_wait(&w, op_wkind(d), d->fd, hint);
@@ -134,7 +150,12 @@ static ssize_t io_op_buf(int op, int fd, void *buf, size_t len, int flags,
     weft_sched_t *s = weft__sched_tls();
     weft__wait w __attribute__((aligned(64)));
     weft__wait_init(&w, &s->r, weft__fiber_wake, s->current);
-    int rc = weft__op_start_buf(&w, op, fd, buf, len, flags, deadline);
+    int rc = keep_deadline(s, &w, deadline);
+    if (WEFT_UNLIKELY(rc < 0)) {
+        weft__wait_complete(&w, rc);
+        return rc;
+    }
+    rc = weft__op_start_buf(&w, op, fd, buf, len, flags, WEFT_FOREVER);
     if (rc < 0)
         return rc;
     bool rd = op == WEFT__OP_RECV || op == WEFT__OP_READ;

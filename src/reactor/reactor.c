@@ -118,7 +118,7 @@ void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t d
         done[k] += r->opc_done[c + 1];
     }
     sub[WEFT_OPK_TIMEOUT] = r->timers_armed;
-    done[WEFT_OPK_TIMEOUT] = r->timers_armed - weft__heap_count(&r->timers);
+    done[WEFT_OPK_TIMEOUT] = r->timers_armed - weft__reactor_timers(r);
 }
 
 static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
@@ -142,8 +142,26 @@ int weft__wait_arm_deadline(weft__wait *w, int64_t deadline)
 
 int weft__wait_rearm_deadline(weft__wait *w, int64_t deadline)
 {
-    weft__timer_disarm(w->r, &w->timer);
+    if (w->timer.idx != WEFT__TIMER_IDLE)
+        weft__wait_deadline_end(w->r, w);
     return weft__wait_arm_deadline(w, deadline);
+}
+
+void weft__keeper_fired(weft__reactor *r, weft__timer *keeper, weft__wait *w)
+{
+    r->nkeepers--;
+    if (w && w->active && w->timer.idx == WEFT__TIMER_KEPT) {
+        if (w->timer.deadline <= weft_now()) {
+            weft__wait_complete(w, -ETIMEDOUT);
+            return; /* counted as the firing of w's deadline */
+        }
+        keeper->deadline = w->timer.deadline;
+        if (weft__heap_push(&r->timers, keeper) == 0)
+            r->nkeepers++;
+        else
+            weft__wait_complete(w, -ENOMEM);
+    }
+    r->timers_fired--; /* no deadline came: not a firing the stats count */
 }
 
 int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
@@ -313,7 +331,7 @@ void weft__wait_complete(weft__wait *w, int result)
     w->active = false;
     weft__reactor *r = w->r;
     if (w->timer.idx != WEFT__TIMER_IDLE)
-        weft__heap_remove(&r->timers, &w->timer);
+        weft__wait_deadline_end(r, w);
     r->opc_done[w->opk]++; /* [0]: never handed to the backend */
     if (w->fd >= 0)
         fd_unlink(r, w);

@@ -346,6 +346,9 @@ struct weft__reactor {
     int nfds;                /* entries allocated                          */
     weft__heap timers;
     size_t nwaits, nfd_waits;
+    /* waits whose deadline a keeper stands for, and keepers armed (each
+     * one of the timers): the stats count the former, not the latter */
+    uint32_t nkept, nkeepers;
     /* cross-thread posts */
     pthread_mutex_t post_lock;
     weft__post *post_head, *post_tail;
@@ -530,9 +533,78 @@ static inline void weft__timer_disarm(weft__reactor *r, weft__timer *t)
     if (t->idx != WEFT__TIMER_IDLE)
         weft__heap_remove(&r->timers, t);
 }
+/* Deadlines in force: the armed timers, less the keepers among them,
+ * plus the waits' deadlines the keepers stand for. */
 static inline uint32_t weft__reactor_timers(const weft__reactor *r)
 {
-    return weft__heap_count(&r->timers);
+    return weft__heap_count(&r->timers) - r->nkeepers + r->nkept;
+}
+
+/*
+ * Keepers. A server gives each request's read the same timeout, so each
+ * read's deadline is a little later than the last one's, and the read
+ * usually ends long before it: arming and disarming a timer for every read
+ * is work (and lines of other waits' memory) spent on deadlines that never
+ * come. A keeper is a timer that its waiter (a fiber) owns, and that
+ * outlives the waiter's waits. weft__wait_keep gives a wait its deadline
+ * through the waiter's keeper: the wait only records the deadline (marked
+ * WEFT__TIMER_KEPT), and the keeper is armed only when it is not armed
+ * already at or before that deadline — so a deadline that is moved later
+ * at every call costs no timer operation at all, and ending the wait none
+ * either.
+ *
+ * When the keeper fires, its owner finds the wait its waiter is blocked in
+ * (NULL if none) and calls weft__keeper_fired, which ends that wait with
+ * -ETIMEDOUT if it is kept and its deadline has come, or arms the keeper
+ * again at the wait's deadline. Every wait so still ends at its own
+ * deadline, as if it had a timer of its own; a keeper may fire for
+ * nothing (its waiter since woken, or waiting without a kept deadline),
+ * which costs one early look per keeper and deadline period. The owner
+ * sets the keeper's fire function, starts it idle (idx WEFT__TIMER_IDLE),
+ * and disarms it (weft__keeper_disarm) before its memory goes.
+ */
+static inline int weft__wait_keep(weft__wait *w, weft__timer *keeper, int64_t deadline)
+{
+    if (deadline == WEFT_FOREVER || !w->active)
+        return 0;
+    weft__reactor *r = w->r;
+    if (WEFT_UNLIKELY(keeper->idx == WEFT__TIMER_IDLE || keeper->deadline > deadline)) {
+        if (keeper->idx != WEFT__TIMER_IDLE)
+            weft__heap_remove(&r->timers, keeper);
+        else
+            r->nkeepers++;
+        keeper->deadline = deadline;
+        if (weft__heap_push(&r->timers, keeper) < 0) {
+            r->nkeepers--;
+            return -ENOMEM;
+        }
+    }
+    w->timer.deadline = deadline;
+    w->timer.idx = WEFT__TIMER_KEPT;
+    r->nkept++;
+    r->timers_armed++;
+    return 0;
+}
+/* Keeper @keeper fired (its owner's fire function calls this): @w is the
+ * wait its waiter is blocked in, or NULL. */
+void weft__keeper_fired(weft__reactor *r, weft__timer *keeper, weft__wait *w);
+static inline void weft__keeper_disarm(weft__reactor *r, weft__timer *keeper)
+{
+    if (keeper->idx != WEFT__TIMER_IDLE) {
+        weft__heap_remove(&r->timers, keeper);
+        r->nkeepers--;
+    }
+}
+/* The end of @w's deadline (armed: not WEFT__TIMER_IDLE), whether its own
+ * timer or one a keeper stands for. */
+static inline void weft__wait_deadline_end(weft__reactor *r, weft__wait *w)
+{
+    if (w->timer.idx == WEFT__TIMER_KEPT) {
+        w->timer.idx = WEFT__TIMER_IDLE;
+        r->nkept--;
+    } else {
+        weft__heap_remove(&r->timers, &w->timer);
+    }
 }
 /* The stats' ops by kind (WEFT_OPK_*, 8 each): handed to the backend
  * (@sub) and ended (@done). */

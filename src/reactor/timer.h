@@ -24,6 +24,10 @@ struct weft__timer {
 };
 #define WEFT__TIMER_IDLE UINT32_MAX
 #define WEFT__TIMER_PENDING (UINT32_MAX - 1)
+/* Not in this structure at all: a wait's deadline that another timer, its
+ * waiter's keeper, stands for (weft__wait_keep, reactor.h). Never passed
+ * to weft__heap_remove. */
+#define WEFT__TIMER_KEPT (UINT32_MAX - 2)
 
 /* A heap or run entry: the timer's key, copied, so that sifting compares
  * within the array instead of reading timers that live in other fibers'

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* Nothing left behind by a case: only the main fiber, no timer, no wait. */
 static void idle_but_me(void)
@@ -231,6 +232,174 @@ static void write_in_flight(void)
     idle_but_me();
 }
 
+/* ---- deadlines kept across calls ------------------------------------------
+ * A fiber's reads and writes of one buffer give their deadline to a timer
+ * the fiber keeps across calls (armed at or before the deadline, moved
+ * only when a call's deadline is earlier). Each call must still end at its
+ * own deadline: not at an earlier one the keeper was armed for, and not at
+ * a later one. */
+
+static const int64_t HOUR = 3600 * WEFT_SEC;
+
+typedef struct later_write {
+    int fd;
+    int64_t at;
+} later_write;
+
+static void *write_later(void *arg)
+{
+    later_write *lw = arg;
+    CHECK_EQ(weft_sleep_until(lw->at), 0);
+    CHECK_EQ(weft_write(lw->fd, "y", 1, WEFT_FOREVER), 1);
+    return NULL;
+}
+
+static void kept_earlier(void)
+{
+    H_CASE("kept: a deadline earlier than the last call's");
+    int a, b;
+    h_tcp_pair(&a, &b);
+    char c;
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(weft_write(b, "x", 1, WEFT_FOREVER), 1);
+        /* An hour away: the keeper is armed there... */
+        CHECK_EQ(weft_read(a, &c, 1, weft_deadline_in(HOUR)), 1);
+        /* ...and this read, with nothing to read, must end at its own
+         * deadline (the test's timeout, not an hour, ends it otherwise). */
+        int64_t soon = weft_deadline_in(20 * WEFT_MS);
+        CHECK_EQ(weft_read(a, &c, 1, soon), -ETIMEDOUT);
+        CHECK(weft_now() >= soon);
+        CHECK_EQ(weft_recv(a, &c, 1, 0, weft_deadline_in(10 * WEFT_MS)), -ETIMEDOUT);
+    }
+    CHECK_EQ(weft_close(a), 0);
+    CHECK_EQ(weft_close(b), 0);
+    idle_but_me();
+}
+
+static void kept_later(void)
+{
+    H_CASE("kept: a later deadline outlives the keeper's first firing");
+    int a, b;
+    h_tcp_pair(&a, &b);
+    char c;
+    CHECK_EQ(weft_write(b, "x", 1, WEFT_FOREVER), 1);
+    int64_t first = weft_deadline_in(10 * WEFT_MS);
+    CHECK_EQ(weft_read(a, &c, 1, first), 1); /* the keeper: armed at first */
+    /* The byte comes well after the keeper fires, well before this read's
+     * own deadline: the firing must arm the keeper again, not end it. */
+    later_write lw = {.fd = b, .at = first + 60 * WEFT_MS};
+    weft_fiber_t w;
+    CHECK_EQ(weft_spawn(write_later, &lw, NULL, &w), 0);
+    CHECK_EQ(weft_read(a, &c, 1, weft_deadline_in(HOUR)), 1);
+    CHECK_EQ(c, 'y');
+    CHECK(weft_now() >= lw.at);
+    CHECK_EQ(weft_join(w, NULL, WEFT_FOREVER), 0);
+    /* Nothing in force now; the keeper, still armed, fires for nothing. */
+    CHECK_EQ(armed_timers(), 0);
+    CHECK_EQ(weft_close(a), 0);
+    CHECK_EQ(weft_close(b), 0);
+    idle_but_me();
+}
+
+static int exit_fd;
+
+static void *read_then_exit(void *arg)
+{
+    (void)arg;
+    char c;
+    CHECK_EQ(weft_read(exit_fd, &c, 1, weft_deadline_in(20 * WEFT_MS)), 1);
+    return NULL;
+}
+
+static void kept_exit(void)
+{
+    H_CASE("kept: a fiber ends with its keeper armed");
+    int a, b;
+    h_tcp_pair(&a, &b);
+    exit_fd = a;
+    /* An odd stack size: not cached, unmapped when the fiber ends, so a
+     * keeper left armed in its record would fire into unmapped memory. */
+    weft_spawn_opts_t o = {.stack_size = 200 * 1024};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(weft_write(b, "x", 1, WEFT_FOREVER), 1);
+        weft_fiber_t f;
+        CHECK_EQ(weft_spawn(read_then_exit, NULL, &o, &f), 0);
+        CHECK_EQ(weft_join(f, NULL, WEFT_FOREVER), 0);
+    }
+    CHECK_EQ(weft_sleep(60 * WEFT_MS), 0); /* past every keeper's deadline */
+    CHECK_EQ(weft_close(a), 0);
+    CHECK_EQ(weft_close(b), 0);
+    idle_but_me();
+}
+
+enum { KEPT_N = 500 };
+static int kept_fd[KEPT_N][2];
+static int kept_wakes[KEPT_N], kept_res[KEPT_N];
+static int64_t kept_at;
+
+static void *kept_storm_fiber(void *arg)
+{
+    long i = (long)(intptr_t)arg;
+    char c;
+    /* A read that ends at once with a far deadline, then one that waits
+     * for the common deadline (every tenth an hour later: cancelled). */
+    CHECK_EQ(weft_read(kept_fd[i][0], &c, 1, weft_deadline_in(HOUR)), 1);
+    int64_t at = i % 10 == 0 ? kept_at + HOUR : kept_at;
+    kept_res[i] = (int)weft_read(kept_fd[i][0], &c, 1, at);
+    kept_wakes[i]++;
+    if (kept_res[i] != -ECANCELED)
+        CHECK(weft_now() >= kept_at);
+    return NULL;
+}
+
+static void kept_storm(void)
+{
+    H_CASE("kept: many kept deadlines at one instant, each woken once");
+    static weft_fiber_t f[KEPT_N];
+    for (long i = 0; i < KEPT_N; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, kept_fd[i]), 0);
+        CHECK_EQ(write(kept_fd[i][1], "x", 1), 1);
+    }
+    kept_at = weft_deadline_in(150 * WEFT_MS);
+    for (long i = 0; i < KEPT_N; i++)
+        CHECK_EQ(weft_spawn(kept_storm_fiber, (void *)(intptr_t)i, NULL, &f[i]), 0);
+    CHECK_EQ(weft_yield(), 0);
+    for (long i = 0; i < KEPT_N; i += 10)
+        CHECK_EQ(weft_cancel(f[i]), 0);
+    for (long i = 0; i < KEPT_N; i++)
+        CHECK_EQ(weft_join(f[i], NULL, WEFT_FOREVER), 0);
+    for (long i = 0; i < KEPT_N; i++) {
+        CHECK_EQ(kept_wakes[i], 1);
+        CHECK_EQ(kept_res[i], i % 10 == 0 ? -ECANCELED : -ETIMEDOUT);
+        CHECK_EQ(weft_close(kept_fd[i][0]), 0);
+        CHECK_EQ(weft_close(kept_fd[i][1]), 0);
+    }
+    idle_but_me();
+}
+
+static int scoped_read(void *arg)
+{
+    int fd = *(int *)arg;
+    char c;
+    return (int)weft_read(fd, &c, 1, weft_deadline_in(HOUR));
+}
+
+static void kept_scope(void)
+{
+    H_CASE("kept: a timeout scope ends a kept read at the scope's deadline");
+    int a, b;
+    h_tcp_pair(&a, &b);
+    char c;
+    CHECK_EQ(weft_write(b, "x", 1, WEFT_FOREVER), 1);
+    CHECK_EQ(weft_read(a, &c, 1, weft_deadline_in(HOUR)), 1);
+    int64_t at = weft_deadline_in(20 * WEFT_MS);
+    CHECK_EQ(weft_scope_run(at, scoped_read, &a), -ETIMEDOUT);
+    CHECK(weft_now() >= at);
+    CHECK_EQ(weft_close(a), 0);
+    CHECK_EQ(weft_close(b), 0);
+    idle_but_me();
+}
+
 static void *body(void *arg)
 {
     (void)arg;
@@ -238,6 +407,11 @@ static void *body(void *arg)
     no_sleep();
     read_in_flight();
     write_in_flight();
+    kept_earlier();
+    kept_later();
+    kept_exit();
+    kept_storm();
+    kept_scope();
     return NULL;
 }
 
