@@ -8,8 +8,10 @@
  * overflowed, restores the default disposition and returns: the faulting
  * instruction runs again and the process dies with SIGSEGV exactly as it
  * would have, core dump included. Faults anywhere else are left alone the
- * same way. Opt out with weft_sched_opts_t.no_overflow_handler or the
- * environment variable WEFT_NO_OVERFLOW_HANDLER.
+ * same way, and a SIGSEGV sent by kill(2) or raise(3), which no instruction
+ * would raise again, is sent again. Opt out with
+ * weft_sched_opts_t.no_overflow_handler or the environment variable
+ * WEFT_NO_OVERFLOW_HANDLER.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -71,6 +73,12 @@ static void on_segv(int sig, siginfo_t *si, void *uctx)
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, NULL);
+    /* A SIGSEGV that was sent (kill(2), raise(3), sigqueue(3): si_code <= 0)
+     * has no faulting instruction to run again: send it once more, now to
+     * the default action, which it meets as soon as this handler returns
+     * (the signal is blocked until then), as it would have without us. */
+    if (si->si_code <= 0)
+        raise(sig);
 }
 
 void weft__overflow_install(weft_sched_t *s)
