@@ -134,7 +134,9 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
     for (int k = 0; k < 3 && k < argc; k++) {
         if (NIL_P(argv[k]))
             continue;
-        VALUE set = rb_convert_type(argv[k], T_ARRAY, "Array", "to_ary");
+        /* An Array itself, as Ruby's select checks it (no to_ary). */
+        Check_Type(argv[k], T_ARRAY);
+        VALUE set = argv[k];
         for (long i = 0; i < RARRAY_LEN(set); i++) {
             rb_ary_push(keep, RARRAY_AREF(set, i));
             rb_ary_push(keep, INT2FIX(k));

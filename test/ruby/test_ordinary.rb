@@ -956,4 +956,34 @@ class TestOrdinary < Minitest::Test
     assert_equal [[:in_block, Timeout::Error, 1], [:in_checkin, Timeout::Error, 1]], threads
     assert_equal threads, fibers
   end
+
+  # 25. IO.select given a set that is no Array raises what it raises on a
+  # thread (TypeError, "wrong argument type ... (expected Array)"); an
+  # object with #to_ary is no Array either. The scheduler converted the
+  # sets with to_ary: such an object was taken, and a socket raised
+  # another message.
+  def test_io_select_takes_arrays_only_as_on_threads
+    r, w = IO.pipe
+    w.write("x")
+    listish = Object.new
+    listish.define_singleton_method(:to_ary) { [r] }
+    cases = {
+      "IO" => -> { IO.select(r, nil, nil, 0.01) },
+      "to_ary" => -> { IO.select(listish, nil, nil, 0.01) },
+      "write set" => -> { IO.select(nil, w, nil, 0.01) },
+      "Array" => -> { IO.select([r], nil, nil, 0.01).first.size },
+    }
+    outcome = lambda do |c|
+      c.call.inspect
+    rescue TypeError => e
+      "#{e.class}: #{e.message}"
+    end
+    threads = cases.transform_values { |c| Thread.new { outcome.call(c) }.value }
+    fibers = {}
+    Weft.run { cases.each { |name, c| Fiber.schedule { fibers[name] = outcome.call(c) } } }
+    assert_equal "TypeError: wrong argument type Object (expected Array)", threads["to_ary"]
+    assert_equal threads, fibers
+  ensure
+    [r, w].each { |io| io&.close }
+  end
 end
