@@ -122,13 +122,13 @@ static bool reopens_as_itself(int fd, const struct stat *sb)
  *   - a pipe, FIFO or terminal is opened anew through /proc/self/fd: a
  *     description of its own for the child, blocking, while this process's
  *     stays as it is. Returns the new descriptor (close-on-exec, above 2).
- *   - a connected socket (@sockets) is made blocking: it has one
- *     description only, and weft needs no O_NONBLOCK on it (its calls pass
- *     MSG_DONTWAIT). A listening socket is left alone.
+ *   - a connected socket is made blocking: it has one description only,
+ *     and weft needs no O_NONBLOCK on it (its calls pass MSG_DONTWAIT). A
+ *     listening socket is left alone.
  * Else, or when that fails (no /proc, a FIFO without reader), -1: the
  * child gets @fd as it is.
  */
-static int blocking_for_child(int fd, bool sockets)
+static int blocking_for_child(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     struct stat sb;
@@ -137,8 +137,7 @@ static int blocking_for_child(int fd, bool sockets)
     if (S_ISSOCK(sb.st_mode)) {
         int listening = 0;
         socklen_t len = sizeof listening;
-        if (sockets &&
-            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
             !listening)
             (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         return -1;
@@ -181,7 +180,7 @@ static int plan_stdio(posix_spawn_file_actions_t *fa, const weft_proc_opts_t *o,
         /* A blocking description of its own is above 2 too; else a copy
          * above 2: the dup2 onto a lower number must not destroy a source
          * still to be copied. */
-        if ((f->theirs[i] = blocking_for_child(src, true)) < 0 && src <= 2 &&
+        if ((f->theirs[i] = blocking_for_child(src)) < 0 && src <= 2 &&
             src != i && (f->theirs[i] = fcntl(src, F_DUPFD_CLOEXEC, 3)) < 0)
             return -errno;
         if (f->theirs[i] >= 0)
@@ -190,8 +189,9 @@ static int plan_stdio(posix_spawn_file_actions_t *fa, const weft_proc_opts_t *o,
     }
     case WEFT_PROC_INHERIT:
         /* This process's own, made non-blocking by weft_read(0, ...) or
-         * weft_write(1, ...): the child gets it blocking. */
-        if ((f->theirs[i] = blocking_for_child(i, false)) < 0)
+         * weft_write(1, ...), or a connection from weft_accept() moved
+         * there: the child gets it blocking. */
+        if ((f->theirs[i] = blocking_for_child(i)) < 0)
             return 0;
         return -posix_spawn_file_actions_adddup2(fa, f->theirs[i], i);
     case WEFT_PROC_STDOUT:

@@ -289,6 +289,16 @@ static void blocking_stdio(void)
     CHECK(strcmp(out, "0:0 1:0") == 0);
     CHECK(nonblocking(p[1])); /* ours: a description of its own */
 
+    /* The connection moved to our stdin, inherited (inetd's way). */
+    int saved0 = dup(0);
+    CHECK(saved0 >= 0 && dup2(a, 0) == 0);
+    CHECK(fcntl(a, F_SETFL, O_NONBLOCK | O_RDWR) == 0);
+    o = (weft_proc_opts_t){.stdio = {WEFT_PROC_INHERIT, WEFT_PROC_NULL}};
+    child_flags(&o, out);
+    CHECK(dup2(saved0, 0) == 0);
+    close(saved0);
+    CHECK(strcmp(out, "0:0 1:0") == 0);
+
     /* inetd: cat talks to the peer over the accepted connection. */
     weft_proc_t c;
     o = (weft_proc_opts_t){.stdio = {WEFT_PROC_FD, WEFT_PROC_FD, WEFT_PROC_NULL},
