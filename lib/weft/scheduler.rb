@@ -374,9 +374,10 @@ module Weft
   #
   # hung where two threads pass "hello". From a non-blocking fiber under
   # Weft, File.new / File.open / Kernel#open and IO.read, .binread,
-  # .readlines, .write and .binwrite of a FIFO open it (and for the class
-  # methods do the whole call) on a helper thread while the fiber waits
-  # for it; the reads and writes of a File opened so go through the
+  # .readlines, .write, .binwrite and .sysopen of a FIFO open it (and for
+  # the class methods do the whole call) on a helper thread while the
+  # fiber waits for it, as do IO.foreach and IO.copy_stream for their
+  # opens; the reads and writes of a File opened so go through the
   # scheduler as for any pipe. The helper is killed when the fiber's wait
   # ends early (a timeout), which interrupts its open.
   module FifoOpens
@@ -414,13 +415,46 @@ module Weft
       end
     end
 
-    # IO.read, .binread, .readlines, .write, .binwrite (File's too).
+    # IO.read, .binread, .readlines, .write, .binwrite, .sysopen (File's
+    # too).
     module Whole
-      %i[read binread readlines write binwrite].each do |name|
+      %i[read binread readlines write binwrite sysopen].each do |name|
         define_method(name) do |*args, &block|
           FifoOpens.fifo?(args[0]) ? FifoOpens.on_thread { super(*args, &block) } : super(*args, &block)
         end
         ruby2_keywords(name)
+      end
+
+      # IO.foreach (File.foreach, Pathname#each_line): the block runs in
+      # the fiber, so only the open is on the helper thread (File.open).
+      # Without a block the Enumerator comes back here when it runs.
+      def foreach(path, *rest, **options, &block)
+        return super unless block && FifoOpens.fifo?(path)
+
+        line_options = options.key?(:chomp) ? { chomp: options.delete(:chomp) } : {}
+        File.open(path, options.delete(:mode) || "r", **options) do |file|
+          file.each_line(*rest, **line_options, &block)
+        end
+        nil
+      end
+
+      # IO.copy_stream with a FIFO's path for its source or destination
+      # opens that end as a File (on the helper thread) and copies between
+      # IOs, which go through the scheduler as any pipe does.
+      def copy_stream(src, dst, *rest)
+        src_fifo = FifoOpens.fifo?(src)
+        dst_fifo = FifoOpens.fifo?(dst)
+        return super unless src_fifo || dst_fifo
+
+        src = File.open(src, "rb") if src_fifo
+        begin
+          dst = File.open(dst, "wb") if dst_fifo
+          super(src, dst, *rest)
+        ensure
+          dst.close if dst_fifo && dst.is_a?(File)
+        end
+      ensure
+        src.close if src_fifo && src.is_a?(File)
       end
     end
   end

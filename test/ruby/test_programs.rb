@@ -571,6 +571,8 @@ class TestPrograms < Minitest::Test
   # Opening a FIFO waits in open(2) until its other end is opened, and
   # Ruby has no hook for open: a fiber that opened one first held the
   # whole thread, so the fiber that would open the other end never ran.
+  # IO.foreach, IO.copy_stream with a path and IO.sysopen did so after
+  # File.open, IO.read and the like no longer did.
   FIFO_OPENS = <<~'RUBY'
     require "weft"
     require "tmpdir"
@@ -584,6 +586,9 @@ class TestPrograms < Minitest::Test
          -> { File.open(path, "wb") { |f| f.write("x" * 100_000) } }],
         [-> { got << [:read, File.read(path)] }, -> { File.write(path, "abc") }],
         [-> { got << [:readlines, IO.readlines(path)] }, -> { open(path, "w") { |f| f.puts "a", "b" } }],
+        [-> { got << [:foreach, File.foreach(path, chomp: true).to_a] }, -> { File.write(path, "c\nd\n") }],
+        [-> { got << [:copy_stream, IO.copy_stream(path, File::NULL)] }, -> { File.write(path, "e" * 70_000) }],
+        [-> { io = IO.new(IO.sysopen(path)); got << [:sysopen, io.read]; io.close }, -> { File.write(path, "f") }],
         [-> { got << [:timeout, (Timeout.timeout(0.01) { File.open(path) } rescue $!.class)] }],
       ]
       rounds.each do |jobs|
@@ -596,7 +601,8 @@ class TestPrograms < Minitest::Test
   def test_fifos_opened_by_two_fibers
     assert_fibers_print_what_threads_print(
       FIFO_OPENS,
-      "[[:open, 100000], [:read, \"abc\"], [:readlines, [\"a\\n\", \"b\\n\"]], [:timeout, Timeout::Error]]\n"
+      "[[:open, 100000], [:read, \"abc\"], [:readlines, [\"a\\n\", \"b\\n\"]], [:foreach, [\"c\", \"d\"]], " \
+      "[:copy_stream, 70000], [:sysopen, \"f\"], [:timeout, Timeout::Error]]\n"
     )
   end
 
