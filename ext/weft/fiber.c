@@ -6,7 +6,7 @@
  */
 #include "rsched.h"
 
-static ID id_new, id_full_message, id_blocking_p;
+static ID id_new, id_full_message, id_blocking_p, id_abort_on_exception;
 
 /* ---- fibers: start, end, errors ------------------------------------- */
 
@@ -81,6 +81,16 @@ static VALUE entry_failed(VALUE p, VALUE exc)
         rb_protect(report_body, exc, &state); /* a closed $stderr loses nothing else */
         if (state)
             rb_set_errinfo(Qnil);
+    }
+    /* Thread.abort_on_exception (or the thread's own): a thread that dies
+     * so raises its exception in the main thread at once, which ends the
+     * program; here the other fibers are stopped and #run raises it. */
+    if (!a->quiet && (RTEST(rb_funcall(rb_cThread, id_abort_on_exception, 0)) ||
+                      RTEST(rb_funcall(rb_thread_current(), id_abort_on_exception, 0)))) {
+        if (NIL_P(s->fatal))
+            s->fatal = exc;
+        if (s->r_live)
+            weft__rb_stop_all(s, weft__rb_stop_exception("stopped: another fiber raised with abort_on_exception"));
     }
     return Qnil;
 }
@@ -236,6 +246,7 @@ void weft__rb_init_fiber(VALUE klass)
     id_new = rb_intern("new");
     id_full_message = rb_intern("full_message");
     id_blocking_p = rb_intern("blocking?");
+    id_abort_on_exception = rb_intern("abort_on_exception");
     for (int q = 0; q < 2; q++) {
         entry_procs[q] = rb_proc_new(fiber_entry, q ? Qtrue : Qfalse);
         rb_gc_register_mark_object(entry_procs[q]);

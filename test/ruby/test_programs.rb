@@ -775,4 +775,31 @@ class TestPrograms < Minitest::Test
       POLL_UNTIL_DONE, "[[:select_r, \"x\"], :select, :wait_readable]\n", guard: 20
     )
   end
+
+  # Thread.abort_on_exception = true, for a program that a worker's death
+  # must end: on threads the worker's exception is raised in the main
+  # thread at once and the other workers go with the program. The
+  # scheduler ignored the flag: the exception came only once every other
+  # fiber had ended, and one that waited for the dead one never did.
+  ABORT_ON_EXCEPTION = <<~'RUBY'
+    require "weft"
+    Thread.abort_on_exception = true
+    Thread.report_on_exception = false
+    finished = []
+    never = Thread::Queue.new
+    jobs = [
+      -> { raise ArgumentError, "worker died" },
+      -> { never.pop; finished << :waiter },
+    ]
+    begin
+      run_jobs(jobs)
+      p :no_error
+    rescue ArgumentError => e
+      p [e.message, finished]
+    end
+  RUBY
+
+  def test_abort_on_exception_ends_the_program_as_on_threads
+    assert_fibers_print_what_threads_print(ABORT_ON_EXCEPTION, "[\"worker died\", []]\n", guard: 20)
+  end
 end
