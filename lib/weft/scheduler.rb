@@ -563,7 +563,7 @@ module Weft
     class TimedOut < Exception; end # rubocop:disable Lint/InheritException
 
     def join(*limit)
-      return super if limit.size != 1 || !limit[0].is_a?(Numeric) || Fiber.blocking? ||
+      return super if limit.size != 1 || !limit[0].is_a?(Numeric) || !limit[0].real? || Fiber.blocking? ||
                       !(scheduler = Fiber.scheduler).is_a?(Weft::Scheduler) ||
                       limit[0].to_f.infinite? || !alive?
       return nil unless limit[0].positive?
