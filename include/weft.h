@@ -1302,7 +1302,9 @@ int weft_signal_block(const sigset_t *set);
  * calling thread (as weft_signal_block()), then opens a signalfd(2) for it,
  * non-blocking and close-on-exec. Pass it to weft_signal_wait() on this
  * thread's loop; close it with weft_close(). SIGKILL and SIGSTOP cannot be
- * waited for and are ignored in @p set.
+ * waited for and are ignored in @p set. When it fails, the thread's
+ * signal mask is left as it was (what nothing reads must still end the
+ * program).
  * @return the descriptor; -EINVAL for a NULL or empty @p set; -EMFILE,
  * -ENFILE, -ENOMEM.
  */

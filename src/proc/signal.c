@@ -32,12 +32,19 @@ int weft_signal_open(const sigset_t *set)
 {
     if (!set || sigisemptyset(set))
         return -EINVAL;
-    int rc = weft_signal_block(set);
+    sigset_t old;
+    int rc = -pthread_sigmask(SIG_BLOCK, set, &old);
     if (rc < 0)
         return rc;
     int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) {
+        /* Nothing will read them: leave the mask as it was, so that
+         * SIGINT or SIGTERM still ends a program that could not open its
+         * descriptor (EMFILE) instead of being held pending forever. */
+        rc = -errno;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return rc;
+    }
     /* A new number: drop whatever weft remembers of an earlier file that
      * had it and was closed behind weft's back. */
     weft_fd_forget(fd);

@@ -2,9 +2,11 @@
  * signals sent to the process and to the thread (from another thread),
  * two signals in one set, a signal outside the set left pending, other
  * fibers running meanwhile, cancellation, close while waiting, several
- * waiters on one descriptor, bad input, and the mask threads inherit. */
+ * waiters on one descriptor, bad input, the mask threads inherit, and the
+ * mask left as it was when no descriptor can be opened. */
 #include "harness.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/signalfd.h>
 
@@ -198,6 +200,30 @@ static void blocking_signalfd(void)
     CHECK_EQ(weft_close(b), 0);
 }
 
+/* Out of descriptors: weft_signal_open() fails and leaves the mask as it
+ * was, so that the signals it would have taken still reach the program
+ * (a SIGTERM then ends it, where nothing would ever read it). */
+static void open_fails_keeps_mask(void)
+{
+    sigset_t winch, cur;
+    sigemptyset(&winch);
+    sigaddset(&winch, SIGWINCH);
+    struct rlimit rl, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    low = rl;
+    low.rlim_cur = rl.rlim_max < 64 ? rl.rlim_max : 64;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int hog[64], n = 0, fd;
+    while (n < 64 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        hog[n++] = fd;
+    CHECK_EQ(weft_signal_open(&winch), -EMFILE);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);
+    CHECK(!sigismember(&cur, SIGWINCH));
+    while (n > 0)
+        close(hog[--n]);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
 static void *body(void *arg)
 {
     int sfd = *(int *)arg;
@@ -214,6 +240,7 @@ static void *body(void *arg)
 int main(void)
 {
     h_begin("signal");
+    open_fails_keeps_mask();
     loop_thread = pthread_self();
     sigemptyset(&usr);
     sigaddset(&usr, SIGUSR1);
