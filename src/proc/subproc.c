@@ -49,6 +49,8 @@ extern char **environ;
 typedef struct fds {
     int ours[3];      /* this process's pipe ends (kept on success)     */
     int theirs[3];    /* the child's pipe ends, or copies of low fds    */
+    int made_blocking[3]; /* sockets made blocking for the child, or -1:
+                             non-blocking again if it does not start   */
 } fds;
 
 static void close_all(int *v, int n)
@@ -128,7 +130,7 @@ static bool reopens_as_itself(int fd, const struct stat *sb)
  * Else, or when that fails (no /proc, a FIFO without reader), -1: the
  * child gets @fd as it is.
  */
-static int blocking_for_child(int fd)
+static int blocking_for_child(fds *f, int i, int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     struct stat sb;
@@ -138,8 +140,8 @@ static int blocking_for_child(int fd)
         int listening = 0;
         socklen_t len = sizeof listening;
         if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
-            !listening)
-            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            !listening && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+            f->made_blocking[i] = fd;
         return -1;
     }
     if (!reopens_as_itself(fd, &sb))
@@ -180,7 +182,7 @@ static int plan_stdio(posix_spawn_file_actions_t *fa, const weft_proc_opts_t *o,
         /* A blocking description of its own is above 2 too; else a copy
          * above 2: the dup2 onto a lower number must not destroy a source
          * still to be copied. */
-        if ((f->theirs[i] = blocking_for_child(src)) < 0 && src <= 2 &&
+        if ((f->theirs[i] = blocking_for_child(f, i, src)) < 0 && src <= 2 &&
             src != i && (f->theirs[i] = fcntl(src, F_DUPFD_CLOEXEC, 3)) < 0)
             return -errno;
         if (f->theirs[i] >= 0)
@@ -191,7 +193,7 @@ static int plan_stdio(posix_spawn_file_actions_t *fa, const weft_proc_opts_t *o,
         /* This process's own, made non-blocking by weft_read(0, ...) or
          * weft_write(1, ...), or a connection from weft_accept() moved
          * there: the child gets it blocking. */
-        if ((f->theirs[i] = blocking_for_child(i)) < 0)
+        if ((f->theirs[i] = blocking_for_child(f, i, i)) < 0)
             return 0;
         return -posix_spawn_file_actions_adddup2(fa, f->theirs[i], i);
     case WEFT_PROC_STDOUT:
@@ -250,11 +252,15 @@ int weft_proc_spawn(weft_proc_t *p, const char *file, char *const argv[],
     if (rc < 0)
         return rc;
     weft_proc_t np = {.pid = -1, .in = -1, .out = -1, .err = -1, .pidfd_ = -1};
-    fds f = {{-1, -1, -1}, {-1, -1, -1}};
+    fds f = {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}};
     rc = start(&np, file, argv, o, &f);
     close_all(f.theirs, 3);
     if (rc < 0) {
         close_all(f.ours, 3);
+        for (int i = 0; i < 3; i++) /* no child: as they were */
+            if (f.made_blocking[i] >= 0)
+                fcntl(f.made_blocking[i], F_SETFL,
+                      fcntl(f.made_blocking[i], F_GETFL) | O_NONBLOCK);
         return rc;
     }
     np.in = f.ours[0];

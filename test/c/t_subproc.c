@@ -283,8 +283,12 @@ static void blocking_stdio(void)
     h_tcp_pair(&a, &b);
     CHECK_EQ(weft_pipe(p), 0);
     CHECK(nonblocking(a) && nonblocking(p[1]));
+    /* No child started: the connection is left as it was. */
     weft_proc_opts_t o = {.stdio = {WEFT_PROC_FD, WEFT_PROC_FD},
                           .stdio_fd = {a, p[1]}};
+    weft_proc_t none;
+    CHECK_EQ(weft_proc_spawn(&none, "/nonexistent/program", argv_cat, &o), -ENOENT);
+    CHECK(nonblocking(a));
     child_flags(&o, out);
     CHECK(strcmp(out, "0:0 1:0") == 0);
     CHECK(nonblocking(p[1])); /* ours: a description of its own */
