@@ -209,7 +209,9 @@ struct weft__fiber {
      * x86-64 the rest of the context's line (the record is 64-byte
      * aligned), so that a request's round touches two lines of it. */
     weft__fiber *next;        /* run queue                                 */
-    weft_sched_t *sched;
+    int64_t kept_at;          /* the keeper's deadline while it is armed,
+                                 else 0: whether a call's deadline needs
+                                 it, without reading the keeper's line      */
     weft__wait *wait;         /* the wait this fiber is blocked in         */
     int64_t stamp;            /* the loop's clock (r.stamp) when it last
                                  blocked or became ready (dump.c, the
@@ -225,6 +227,8 @@ struct weft__fiber {
     uint8_t is_main;
     uint8_t parked;           /* blocked in weft_park()                   */
     /* The rest: at start, at exit, and for fiber-local values. */
+    weft_sched_t *sched;      /* its scheduler (a wake, on the scheduler's
+                                 own thread, reads the thread's instead)   */
     weft_fn_t fn;
     void *arg;
     void **fls;               /* fiber-local values, WEFT_FLS_MAX entries  */
@@ -233,7 +237,7 @@ struct weft__fiber {
     uint32_t slot;            /* index in the handle table                 */
     /* Stands for the deadlines of its I/O waits (weft__wait_keep,
      * reactor.h): its own timer, armed at one of them, kept across
-     * requests. Idle at spawn, disarmed at exit. */
+     * requests. Idle at spawn, disarmed at exit; kept_at mirrors it. */
     weft__timer keeper;
 #ifdef WEFT_ASAN
     void *asan_fake;
@@ -353,6 +357,27 @@ weft__fiber *weft__current(void); /* NULL outside fibers */
 int weft__block(weft__wait *w, int kind, const void *obj);
 /* Wake function of C fibers: put the wait's owner on its run queue. */
 void weft__fiber_wake(weft__wait *w);
+/* @f->kept_at after its keeper may have changed. */
+static inline void weft__fiber_kept_sync(weft__fiber *f)
+{
+    f->kept_at = f->keeper.idx != WEFT__TIMER_IDLE ? f->keeper.deadline : 0;
+}
+/* Give @w, a wait of the current fiber @f, its @deadline through @f's
+ * keeper (weft__wait_keep): when the keeper is armed at or before it
+ * (kept_at says so, from the record's hot line), the wait only records
+ * it. */
+static inline int weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadline)
+{
+    if (deadline == WEFT_FOREVER)
+        return 0;
+    if (WEFT_LIKELY(f->kept_at != 0 && f->kept_at <= deadline)) {
+        weft__wait_kept(w, deadline);
+        return 0;
+    }
+    int rc = weft__wait_keep(w, &f->keeper, deadline);
+    weft__fiber_kept_sync(f);
+    return rc;
+}
 /* Whether the current fiber @f's timeout scope has expired: -ETIMEDOUT or
  * 0 (out of line: a clock read). */
 int weft__precheck_scope(const weft__fiber *f);

@@ -78,7 +78,7 @@ void weft__fiber_wake(weft__wait *w)
     /* A wait completed while being armed (a past deadline, a ready fd)
      * belongs to a fiber that is still running: nothing to wake. */
     if (f->state == WEFT__F_BLOCKED)
-        rq_push(f->sched, f);
+        rq_push(weft__tls_sched, f); /* its own: waits complete on its thread */
 }
 
 /* A fiber's keeper fired (weft__wait_keep): the wait it is blocked in, if
@@ -87,6 +87,7 @@ static void keeper_fired(weft__timer *t)
 {
     weft__fiber *f = weft__container(t, weft__fiber, keeper);
     weft__keeper_fired(&f->sched->r, t, f->state == WEFT__F_BLOCKED ? f->wait : NULL);
+    weft__fiber_kept_sync(f);
 }
 
 /* ---- switching ---------------------------------------------------------- */
@@ -442,6 +443,7 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
     if (f->joiner)
         weft__wait_complete(f->joiner, 0);
     weft__keeper_disarm(&s->r, &f->keeper);
+    f->kept_at = 0;
     s->live--;
     f->state = WEFT__F_DEAD;
     weft__fiber *n = next_to_run(s);

@@ -61,7 +61,7 @@ int weft__io_wait(int fd, uint32_t events, int64_t deadline)
  * deadline that has passed ends the wait at the next turn of the loop. */
 static inline int keep_deadline(weft_sched_t *s, weft__wait *w, int64_t deadline)
 {
-    return weft__wait_keep(w, &s->current->keeper, deadline);
+    return weft__fiber_keep(s->current, w, deadline);
 }
 
 int weft__io_wait_as(int fd, uint32_t events, int64_t deadline, int kind,

@@ -563,6 +563,18 @@ static inline uint32_t weft__reactor_timers(const weft__reactor *r)
  * sets the keeper's fire function, starts it idle (idx WEFT__TIMER_IDLE),
  * and disarms it (weft__keeper_disarm) before its memory goes.
  */
+/* @w's @deadline (not WEFT_FOREVER), kept by a keeper its owner knows to
+ * be armed at or before it: the wait only records it. */
+static inline void weft__wait_kept(weft__wait *w, int64_t deadline)
+{
+    if (!w->active)
+        return;
+    weft__reactor *r = w->r;
+    w->timer.deadline = deadline;
+    w->timer.idx = WEFT__TIMER_KEPT;
+    r->nkept++;
+    r->timers_armed++;
+}
 static inline int weft__wait_keep(weft__wait *w, weft__timer *keeper, int64_t deadline)
 {
     if (deadline == WEFT_FOREVER || !w->active)
@@ -579,10 +591,7 @@ static inline int weft__wait_keep(weft__wait *w, weft__timer *keeper, int64_t de
             return -ENOMEM;
         }
     }
-    w->timer.deadline = deadline;
-    w->timer.idx = WEFT__TIMER_KEPT;
-    r->nkept++;
-    r->timers_armed++;
+    weft__wait_kept(w, deadline);
     return 0;
 }
 /* Keeper @keeper fired (its owner's fire function calls this): @w is the
