@@ -17,7 +17,10 @@ module Weft
     # non-blocking fiber now; a fiber ended by Weft::Stop ends quietly.
 
     # process_wait(pid, flags): a pidfd (Linux >= 5.3) waited on by the
-    # reactor; a helper thread for pid <= 0 or when pidfd_open fails.
+    # reactor; a helper thread for pid <= 0, when pidfd_open fails, or for
+    # flags beyond WNOHANG (WUNTRACED: a pidfd becomes readable when the
+    # child exits, not when it stops, so a wait for a stop waited until
+    # the child died).
     # When the fiber's wait ends early (Timeout, Weft::Stop, Fiber#raise)
     # the helper is killed and joined before the exception goes on: left
     # in waitpid it would reap the next child to exit (Process.wait with
@@ -25,7 +28,7 @@ module Weft
     # Errno::ECHILD, where a thread's interrupted wait reaps nothing.
     def process_wait(pid, flags)
       fd = begin
-        pid.positive? ? self.class.pidfd_open(pid) : nil
+        pid.positive? && (flags & ~Process::WNOHANG).zero? ? self.class.pidfd_open(pid) : nil
       rescue SystemCallError
         nil
       end

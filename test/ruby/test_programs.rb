@@ -802,4 +802,30 @@ class TestPrograms < Minitest::Test
   def test_abort_on_exception_ends_the_program_as_on_threads
     assert_fibers_print_what_threads_print(ABORT_ON_EXCEPTION, "[\"worker died\", []]\n", guard: 20)
   end
+
+  # Process.wait2(pid, Process::WUNTRACED) for a child that another
+  # worker stops: on a thread it returns the stopped status. The fiber
+  # waited on the child's pidfd, which becomes readable when the child
+  # exits, not when it stops: the wait went on while the child stayed
+  # stopped, for good.
+  WAIT_FOR_A_STOP = <<~'RUBY'
+    require "weft"
+    got = []
+    pid = spawn("sleep", "30")
+    jobs = [
+      -> { _, st = Process.wait2(pid, Process::WUNTRACED); got << [:stopped, st.stopped?, st.stopsig] },
+      -> { sleep 0.05; Process.kill(:STOP, pid) },
+    ]
+    run_jobs(jobs)
+    Process.kill(:KILL, pid)
+    Process.kill(:CONT, pid)
+    _, st = Process.wait2(pid)
+    p got + [[:killed, st.termsig]]
+  RUBY
+
+  def test_a_wait_for_a_child_s_stop_returns_as_on_threads
+    assert_fibers_print_what_threads_print(
+      WAIT_FOR_A_STOP, "[[:stopped, true, #{Signal.list["STOP"]}], [:killed, #{Signal.list["KILL"]}]]\n", guard: 20
+    )
+  end
 end
