@@ -343,6 +343,72 @@ module Weft
   TCPSocket.prepend(ServiceNames::TCPServices)
   TCPServer.prepend(ServiceNames::TCPServices)
   UDPSocket.prepend(ServiceNames::UDPServices)
+
+  # Reverse lookups, an address to a host name (Socket.getnameinfo,
+  # Addrinfo#getnameinfo, IPSocket#addr and #peeraddr asked for names),
+  # call getnameinfo(3), for which Ruby has no scheduler hook: a fiber
+  # waited for the resolver with the whole thread, so a nameserver that
+  # did not answer held every fiber for its timeout where a thread lets
+  # the others run. From a non-blocking fiber under Weft they run on a
+  # helper thread, as the forward lookups do.
+  module ReverseLookups
+    def self.off_loop?
+      Fiber.scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+    end
+
+    def self.names?(flags)
+      !flags.is_a?(Integer) || (flags & Socket::NI_NUMERICHOST).zero?
+    end
+
+    # Socket.getnameinfo(sockaddr, flags = 0).
+    module Class
+      def getnameinfo(sockaddr, flags = 0)
+        return super unless ReverseLookups.off_loop? && ReverseLookups.names?(flags)
+
+        ServiceNames.on_thread { super(sockaddr, flags) }
+      end
+    end
+
+    # Addrinfo#getnameinfo(flags = 0).
+    module Info
+      def getnameinfo(flags = 0)
+        return super unless ReverseLookups.off_loop? && ReverseLookups.names?(flags)
+
+        ServiceNames.on_thread { super(flags) }
+      end
+    end
+
+    # IPSocket#addr and #peeraddr: names for true or :hostname, or for no
+    # argument when the socket does reverse lookups.
+    module Addresses
+      def addr(*arguments)
+        return super unless ReverseLookups.off_loop? && ReverseLookups.asked?(self, arguments.first)
+
+        ServiceNames.on_thread { super(*arguments) }
+      end
+
+      def peeraddr(*arguments)
+        return super unless ReverseLookups.off_loop? && ReverseLookups.asked?(self, arguments.first)
+
+        ServiceNames.on_thread { super(*arguments) }
+      end
+    end
+
+    # Whether IPSocket#addr / #peeraddr(+flag+) looks names up, as Ruby
+    # decides (nil: the socket's own do_not_reverse_lookup).
+    def self.asked?(socket, flag)
+      case flag
+      when true, :hostname then true
+      when nil then !socket.do_not_reverse_lookup
+      else false
+      end
+    end
+  end
+  private_constant :ReverseLookups
+
+  Socket.singleton_class.prepend(ReverseLookups::Class)
+  Addrinfo.prepend(ReverseLookups::Info)
+  IPSocket.prepend(ReverseLookups::Addresses)
 end
 
 module Weft

@@ -828,4 +828,62 @@ class TestPrograms < Minitest::Test
       WAIT_FOR_A_STOP, "[[:stopped, true, #{Signal.list["STOP"]}], [:killed, #{Signal.list["KILL"]}]]\n", guard: 20
     )
   end
+
+  # A reverse lookup (an address to a name) whose nameserver does not
+  # answer: on threads the others run while it waits for the resolver.
+  # getnameinfo(3) has no scheduler hook, and the fiber waited in it with
+  # the whole thread, so no other fiber ran until the resolver gave up.
+  # The program runs in a mount namespace of its own (unshare), whose
+  # /etc/resolv.conf names a nameserver on 127.0.0.1 that never answers.
+  SLOW_REVERSE_LOOKUP = <<~'RUBY'
+    require "weft"
+    require "socket"
+    silent = UDPSocket.new
+    begin
+      silent.bind("127.0.0.1", 53)
+    rescue SystemCallError
+      puts "port 53 busy"
+      exit
+    end
+    ticks = 0
+    done = false
+    got = Thread::Queue.new
+    jobs = [
+      lambda do
+        before = ticks
+        result = begin
+          Socket.getnameinfo(["AF_INET", 80, "10.1.2.3"]).class
+        rescue SocketError => e
+          e.class
+        end
+        got << [:others_ran_meanwhile, ticks > before]
+        got << [:result, result]
+        done = true
+      end,
+      -> { (sleep 0.01; ticks += 1) until done },
+    ]
+    run_jobs(jobs)
+    p Array.new(got.size) { got.pop }.sort_by(&:to_s)
+  RUBY
+
+  def test_a_reverse_lookup_lets_the_other_fibers_run
+    skip "needs root for a mount namespace" unless Process.uid.zero?
+    Dir.mktmpdir do |dir|
+      resolv = File.join(dir, "resolv.conf")
+      File.write(resolv, "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+      probe = IO.popen(["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && echo ok', resolv,
+                        err: File::NULL], &:read) rescue ""
+      skip "no mount namespace here (unshare -m)" unless probe == "ok\n"
+      outputs = %w[threads weft].map do |mode|
+        code = "ARGV.replace(%w[#{mode}])\n#{JOBS_PRELUDE}#{SLOW_REVERSE_LOOKUP}"
+        cmd = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv,
+               *ruby_command("-e", code, life: 60)]
+        out = IO.popen([*cmd, err: %i[child out]], &:read)
+        skip "port 53 is taken here" if out == "port 53 busy\n"
+        out
+      end
+      assert_match(/\[:others_ran_meanwhile, true\]/, outputs[0], "the reference (threads)")
+      assert_equal outputs[0], outputs[1]
+    end
+  end
 end
