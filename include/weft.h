@@ -6,7 +6,11 @@
  * Conventions used by every function in this header:
  * @code{.unparsed}
  *   Errors     Functions that can fail return a negative errno value
- *              (-EINVAL, -ETIMEDOUT, -ECANCELED, ...). They never set errno.
+ *              (-EINVAL, -ETIMEDOUT, -ECANCELED, ...), never -1 with errno.
+ *              errno itself is left unspecified after a weft call (the
+ *              system calls it makes may change it), and is not kept per
+ *              fiber: read it right after the call that set it, before a
+ *              blocking call lets another fiber run.
  *              Functions returning a byte count return it as a non-negative
  *              ssize_t on success.
  *
@@ -205,7 +209,9 @@ int weft_sched_run(weft_sched_t *s);
  *
  * Fails with -EBUSY while fibers are alive or the scheduler is running, and
  * with -EPERM from another thread. Callbacks posted but never run are
- * dropped. Unjoined handles of finished fibers are released.
+ * dropped. Unjoined handles of finished fibers are released. A thread
+ * other than the main one that exits without calling this has its
+ * scheduler destroyed as it exits, if no fiber is alive then.
  */
 int weft_sched_destroy(weft_sched_t *s);
 

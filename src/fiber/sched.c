@@ -844,6 +844,29 @@ static void atfork_child(void)
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_register(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
+/*
+ * A thread that ends without weft_sched_destroy() (a worker that called
+ * weft_run() and returned) would leave its scheduler for good: the ring or
+ * epoll set, the wake-up descriptor, the cached stacks. Its thread-specific
+ * value destroys it at the thread's exit, when it can (no fiber alive:
+ * otherwise it is left as before). The main thread's exit(3) runs no such
+ * destructor; the process ends anyway.
+ */
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static bool exit_key_ok;
+
+static void destroy_at_thread_exit(void *p)
+{
+    if (weft__tls_sched == p)
+        (void)weft_sched_destroy(p);
+}
+
+static void exit_key_make(void)
+{
+    exit_key_ok = pthread_key_create(&exit_key, destroy_at_thread_exit) == 0;
+}
+
 int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
 {
     pthread_once(&atfork_once, atfork_register);
@@ -903,6 +926,9 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     s->r.stamp = weft_now();
     weft__tls_sched = s;
     weft__obs_init(s);
+    pthread_once(&exit_once, exit_key_make);
+    if (exit_key_ok)
+        (void)pthread_setspecific(exit_key, s);
     *out = s;
     return 0;
 }
@@ -1022,6 +1048,8 @@ int weft_sched_destroy(weft_sched_t *s)
     free(s->slots);
     weft__overflow_remove(s);
     weft__tls_sched = NULL;
+    if (exit_key_ok)
+        (void)pthread_setspecific(exit_key, NULL);
     free(s);
     return 0;
 }

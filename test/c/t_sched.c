@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 
 static weft_sched_t *main_sched;
 
@@ -57,9 +58,41 @@ static void *other_thread(void *arg)
 
 static void *ret(void *arg) { return arg; }
 
+/* A thread that runs fibers and ends without weft_sched_destroy(): a
+ * socket read and a sleep, so that its scheduler has made its ring or
+ * epoll set, its wake-up descriptor and a cached stack. */
+static void *reads_a_byte(void *arg)
+{
+    int *sv = arg;
+    char c;
+    CHECK_EQ(weft_sleep(WEFT_MS), 0);
+    CHECK_EQ(weft_read(sv[0], &c, 1, weft_deadline_in(5 * WEFT_SEC)), 1);
+    return NULL;
+}
+
+static void *thread_runs_once(void *arg)
+{
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(weft_run(reads_a_byte, sv, NULL), 0);
+    CHECK_EQ(weft_close(sv[0]), 0);
+    CHECK_EQ(close(sv[1]), 0);
+    return arg;
+}
+
 int main(void)
 {
     h_begin("sched");
+
+    /* threads that end without destroying their schedulers: each is
+     * destroyed as its thread exits (h_end finds no descriptor left) */
+    for (int i = 0; i < 50; i++) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, thread_runs_once, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+    }
+
     const char *want = getenv("WEFT_BACKEND");
 
     /* bad options */
