@@ -821,8 +821,11 @@ ssize_t weft_writev(int fd, const struct iovec *iov, int iovcnt,
 
 /**
  * receive from socket @p fd, like recv(2) with @p flags
- * (MSG_DONTWAIT is added). @return as weft_read(); -ENOTSOCK for a
- * descriptor that is not a socket.
+ * (MSG_DONTWAIT is added). MSG_WAITALL on a stream socket waits until
+ * @p len bytes came, as recv(2) does; end of file, an error, the
+ * deadline or a cancel returns the bytes received until then (not with
+ * MSG_PEEK). @return as weft_read(); -ENOTSOCK for a descriptor that is
+ * not a socket.
  */
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline);
 

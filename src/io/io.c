@@ -575,12 +575,37 @@ ssize_t weft_readv(int fd, const struct iovec *iov, int iovcnt, int64_t deadline
     return do_read(fd, iov, iovcnt, 0, deadline, false);
 }
 
+/* weft_recv with MSG_WAITALL that got @got < @len bytes: on a stream
+ * socket, the rest, as recv(2) waits for it (the readiness backends'
+ * recv is made with MSG_DONTWAIT, which returns what is there). End of
+ * file, an error, the deadline or a cancel returns what came. */
+static __attribute__((noinline)) ssize_t recv_rest(int fd, char *buf, size_t len, size_t got,
+                                                   int flags, int64_t deadline)
+{
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if ((flags & MSG_PEEK) || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 ||
+        type != SOCK_STREAM)
+        return (ssize_t)got;
+    while (got < len) {
+        struct iovec iov = {buf + got, len - got};
+        ssize_t n = do_read(fd, &iov, 1, flags & ~MSG_WAITALL, deadline, true);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline)
 {
     if (!buf && len)
         return -EINVAL;
     struct iovec iov = {buf, len};
-    return do_read(fd, &iov, 1, flags, deadline, true);
+    ssize_t n = do_read(fd, &iov, 1, flags, deadline, true);
+    if (WEFT_UNLIKELY(flags & MSG_WAITALL) && n > 0 && (size_t)n < len)
+        n = recv_rest(fd, buf, len, (size_t)n, flags, deadline);
+    return n;
 }
 
 int weft_read_full(int fd, void *buf, size_t len, size_t *got, int64_t deadline)

@@ -276,6 +276,18 @@ static void stream_waitall(void)
     CHECK(memcmp(buf, "abcdefgh", 8) == 0);
     CHECK_EQ(weft_join(w, NULL, WEFT_FOREVER), 0);
 
+    /* weft_recv too. */
+    memset(buf, 0, sizeof buf);
+    l.text = "efgh";
+    CHECK_EQ(weft_write_all(b, "abcd", 4, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_spawn(write_later, &l, NULL, &w), 0);
+    CHECK_EQ(weft_recv(a, buf, 8, MSG_WAITALL, weft_deadline_in(5000 * MS)), 8);
+    CHECK(memcmp(buf, "abcdefgh", 8) == 0);
+    CHECK_EQ(weft_join(w, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_write_all(b, "q", 1, NULL, WEFT_FOREVER), 0);
+    CHECK_EQ(weft_recv(a, buf, 4, MSG_WAITALL, weft_deadline_in(2 * MS)), 1);
+    CHECK_EQ(buf[0], 'q');
+
     /* recvmsg: scattered over three buffers, the cut inside the second. */
     char p1[3], p2[4], p3[2];
     struct iovec iov[3] = {{p1, 3}, {p2, 4}, {p3, 2}};
