@@ -360,10 +360,22 @@ module Weft
       !flags.is_a?(Integer) || (flags & Socket::NI_NUMERICHOST).zero?
     end
 
+    # Whether +sockaddr+ holds an address, not a host name: a name in
+    # the array form is first resolved by Ruby through the scheduler's
+    # address_resolve hook, which a helper thread has no scheduler for.
+    def self.address?(sockaddr)
+      return true unless sockaddr.is_a?(Array)
+      return true if sockaddr.size >= 4 # [family, port, name, address]
+
+      host = sockaddr[2]
+      host.is_a?(String) && (host.include?(":") || host.match?(/\A\d+(\.\d+){3}\z/))
+    end
+
     # Socket.getnameinfo(sockaddr, flags = 0).
     module Class
       def getnameinfo(sockaddr, flags = 0)
-        return super unless ReverseLookups.off_loop? && ReverseLookups.names?(flags)
+        return super unless ReverseLookups.off_loop? && ReverseLookups.names?(flags) &&
+                            ReverseLookups.address?(sockaddr)
 
         ServiceNames.on_thread { super(sockaddr, flags) }
       end
