@@ -210,8 +210,8 @@ struct weft__fiber {
      * aligned), so that a request's round touches two lines of it. */
     weft__fiber *next;        /* run queue                                 */
     int64_t kept_at;          /* the keeper's deadline while it is armed,
-                                 else 0: whether a call's deadline needs
-                                 it, without reading the keeper's line      */
+                                 else 0 (the keeper's fields are then not
+                                 set up: a spawn leaves them zeroed)       */
     weft__wait *wait;         /* the wait this fiber is blocked in         */
     int64_t stamp;            /* the loop's clock (r.stamp) when it last
                                  blocked or became ready (dump.c, the
@@ -237,7 +237,7 @@ struct weft__fiber {
     uint32_t slot;            /* index in the handle table                 */
     /* Stands for the deadlines of its I/O waits (weft__wait_keep,
      * reactor.h): its own timer, armed at one of them, kept across
-     * requests. Idle at spawn, disarmed at exit; kept_at mirrors it. */
+     * requests. Valid only while kept_at is not 0; disarmed at exit. */
     weft__timer keeper;
 #ifdef WEFT_ASAN
     void *asan_fake;
@@ -357,6 +357,8 @@ weft__fiber *weft__current(void); /* NULL outside fibers */
 int weft__block(weft__wait *w, int kind, const void *obj);
 /* Wake function of C fibers: put the wait's owner on its run queue. */
 void weft__fiber_wake(weft__wait *w);
+/* The fire function of fibers' keepers (sched.c). */
+void weft__fiber_keeper_fired(weft__timer *t);
 /* @f->kept_at after its keeper may have changed. */
 static inline void weft__fiber_kept_sync(weft__fiber *f)
 {
@@ -365,7 +367,8 @@ static inline void weft__fiber_kept_sync(weft__fiber *f)
 /* Give @w, a wait of the current fiber @f, its @deadline through @f's
  * keeper (weft__wait_keep): when the keeper is armed at or before it
  * (kept_at says so, from the record's hot line), the wait only records
- * it. */
+ * it. A deadline of 0 or less ("try once", or already due at the epoch)
+ * takes a timer of its own, so that kept_at 0 can mean "idle". */
 static inline int weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadline)
 {
     if (deadline == WEFT_FOREVER)
@@ -373,6 +376,12 @@ static inline int weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadli
     if (WEFT_LIKELY(f->kept_at != 0 && f->kept_at <= deadline)) {
         weft__wait_kept(w, deadline);
         return 0;
+    }
+    if (WEFT_UNLIKELY(deadline <= 0))
+        return weft__wait_arm_later(w, deadline);
+    if (f->kept_at == 0) { /* idle: (re)initialised here, not at spawn */
+        f->keeper.idx = WEFT__TIMER_IDLE;
+        f->keeper.fire = weft__fiber_keeper_fired;
     }
     int rc = weft__wait_keep(w, &f->keeper, deadline);
     weft__fiber_kept_sync(f);

@@ -83,7 +83,7 @@ void weft__fiber_wake(weft__wait *w)
 
 /* A fiber's keeper fired (weft__wait_keep): the wait it is blocked in, if
  * any, is the one whose deadline it may stand for. */
-static void keeper_fired(weft__timer *t)
+void weft__fiber_keeper_fired(weft__timer *t)
 {
     weft__fiber *f = weft__container(t, weft__fiber, keeper);
     weft__keeper_fired(&f->sched->r, t, f->state == WEFT__F_BLOCKED ? f->wait : NULL);
@@ -442,8 +442,8 @@ static _Noreturn void fiber_finish(weft_sched_t *s, weft__fiber *f, void *res)
     }
     if (f->joiner)
         weft__wait_complete(f->joiner, 0);
-    weft__keeper_disarm(&s->r, &f->keeper);
-    f->kept_at = 0;
+    if (f->kept_at)
+        weft__keeper_disarm(&s->r, &f->keeper);
     s->live--;
     f->state = WEFT__F_DEAD;
     weft__fiber *n = next_to_run(s);
@@ -545,8 +545,6 @@ spawn_on(weft_sched_t *s, weft_fn_t fn, void *arg, weft_fiber_t *out,
     f->stack.guard = guard;
     f->stack.vg_id = vg_id;
     f->slot = idx;
-    f->keeper.idx = WEFT__TIMER_IDLE;
-    f->keeper.fire = keeper_fired;
     weft__ctx_make(&f->ctx, lo, (size_t)((char *)f - lo), fiber_entry, f);
 #ifdef WEFT_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
@@ -894,8 +892,6 @@ int weft_sched_create(weft_sched_t **out, const weft_sched_opts_t *opts)
     s->main.is_main = 1;
     s->main.state = WEFT__F_RUNNING;
     s->main.sched = s;
-    s->main.keeper.idx = WEFT__TIMER_IDLE;
-    s->main.keeper.fire = keeper_fired;
     s->current = &s->main;
 #ifdef WEFT_VALGRIND
     s->on_valgrind = RUNNING_ON_VALGRIND != 0;
