@@ -84,6 +84,29 @@ class TestOrdinary < Minitest::Test
 
   # 2. Output order: a puts is never split by another fiber's write, also
   # when the descriptor is full and the writer has to wait.
+  # A program of workers, called with how to start one and how to wait
+  # for them all: on threads, the reference...
+  def on_threads(program)
+    program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+  end
+
+  # ...and on fibers under Weft (+finish+ waits for them before the run
+  # ends)...
+  def on_fibers(program, finish = ->(fs) { sleep 0.001 until fs.none?(&:alive?) })
+    fibers = nil
+    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, finish) }
+    fibers
+  end
+
+  # ...or in a thread of its own that must end within +limit+ seconds
+  # (+what+ says what went on instead).
+  def on_fibers_within(limit, what, program)
+    fibers = nil
+    runner = Thread.new { fibers = on_fibers(program, ->(_) {}) }
+    assert runner.join(limit), what
+    fibers
+  end
+
   def check_lines(text, fibers, rounds)
     lines = text.lines
     bad = lines.reject { |l| l.match?(/\Aline \d+ \d+ x+\n\z/) || l == "abc\n" }
@@ -629,9 +652,8 @@ class TestOrdinary < Minitest::Test
       [r, w, a, b].each(&:close)
       got.sort
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    threads = on_threads(program)
+    fibers = on_fibers(program)
     assert_equal [[:nonblock, :wait_readable], [:pipe, "pipe"], [:socket, "socket"]], threads
     assert_equal threads, fibers
   end
@@ -654,9 +676,8 @@ class TestOrdinary < Minitest::Test
       [src_r, dst_r].each(&:close)
       [got[:copied], got[:read] == data]
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    threads = on_threads(program)
+    fibers = on_fibers(program)
     assert_equal [300_000, true], threads
     assert_equal threads, fibers
   end
@@ -688,12 +709,8 @@ class TestOrdinary < Minitest::Test
       pipes.each(&:close)
       result
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    runner = Thread.new do
-      Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(_) {}) }
-    end
-    assert runner.join(20), "IO.copy_stream went on after its timeout"
+    threads = on_threads(program)
+    fibers = on_fibers_within(20, "IO.copy_stream went on after its timeout", program)
     assert_equal %i[timeout timeout timeout], threads
     assert_equal threads, fibers
   end
@@ -764,9 +781,8 @@ class TestOrdinary < Minitest::Test
       result = Array.new(waits.size) { got.pop }.sort
       result + [mutex.locked?, monitor.mon_locked?]
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    threads = on_threads(program)
+    fibers = on_fibers(program)
     assert_equal %i[cv cv_timed monitor monitor_timed mutex_sleep].map { |n| [n, Timeout::Error] } + [false, false], threads
     assert_equal threads, fibers
   end
@@ -837,9 +853,8 @@ class TestOrdinary < Minitest::Test
       finish.call(workers)
       Array.new(got.size) { got.pop }.sort_by(&:inspect)
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    threads = on_threads(program)
+    fibers = on_fibers(program)
     assert_includes threads, [:outer_first, Timeout::Error, "execution expired"]
     assert_equal threads, fibers
   end
@@ -868,15 +883,14 @@ class TestOrdinary < Minitest::Test
       finish.call(workers)
       Array.new(waits.size) { got.pop }.sort
     end
-    fibers = nil
-    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+    fibers = on_fibers(program)
     assert_equal [[:wait, IOError], [:wait_readable, IOError]], fibers
     # The reference on threads: Ruby 3.3's wait_readable on a thread now
     # and then returns the IO its close woke (5 runs in 50 here), so only
     # 3.1's threads, which always raise, are compared with.
     return unless RUBY_VERSION < "3.3"
 
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
+    threads = on_threads(program)
     assert_equal threads, fibers
   end
 
@@ -898,12 +912,8 @@ class TestOrdinary < Minitest::Test
       finish.call(workers)
       Array.new(2) { got.pop }.sort
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    runner = Thread.new do
-      Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(_) {}) }
-    end
-    assert runner.join(20), "Thread#join(limit) went on past its limit"
+    threads = on_threads(program)
+    fibers = on_fibers_within(20, "Thread#join(limit) went on past its limit", program)
     assert_equal [[:after, true, :value], [:limits, [nil, nil, nil]]], threads
     assert_equal threads, fibers
   end
@@ -950,9 +960,8 @@ class TestOrdinary < Minitest::Test
       finish.call(workers)
       Array.new(2) { got.pop }.sort
     end
-    threads = program.call(->(&blk) { Thread.new(&blk) }, ->(ts) { ts.each(&:join) })
-    fibers = nil
-    Weft.run { fibers = program.call(->(&blk) { Fiber.schedule(&blk) }, ->(_) {}) }
+    threads = on_threads(program)
+    fibers = on_fibers(program, ->(_) {})
     assert_equal [[:in_block, Timeout::Error, 1], [:in_checkin, Timeout::Error, 1]], threads
     assert_equal threads, fibers
   end
