@@ -155,10 +155,7 @@ void weft__keeper_fired(weft__reactor *r, weft__timer *keeper, weft__wait *w)
             weft__wait_complete(w, -ETIMEDOUT);
             return; /* counted as the firing of w's deadline */
         }
-        keeper->deadline = w->timer.deadline;
-        if (weft__heap_push(&r->timers, keeper) == 0)
-            r->nkeepers++;
-        else
+        if (weft__keeper_arm(r, keeper, w->timer.deadline) < 0)
             weft__wait_complete(w, -ENOMEM);
     }
     r->timers_fired--; /* no deadline came: not a firing the stats count */

@@ -575,28 +575,15 @@ static inline void weft__wait_kept(weft__wait *w, int64_t deadline)
     r->nkept++;
     r->timers_armed++;
 }
-static inline int weft__wait_keep(weft__wait *w, weft__timer *keeper, int64_t deadline)
+/* Arm @keeper (idle) at @deadline: 0 or -ENOMEM. */
+static inline int weft__keeper_arm(weft__reactor *r, weft__timer *keeper, int64_t deadline)
 {
-    if (deadline == WEFT_FOREVER || !w->active)
-        return 0;
-    weft__reactor *r = w->r;
-    if (WEFT_UNLIKELY(keeper->idx == WEFT__TIMER_IDLE || keeper->deadline > deadline)) {
-        if (keeper->idx != WEFT__TIMER_IDLE)
-            weft__heap_remove(&r->timers, keeper);
-        else
-            r->nkeepers++;
-        keeper->deadline = deadline;
-        if (weft__heap_push(&r->timers, keeper) < 0) {
-            r->nkeepers--;
-            return -ENOMEM;
-        }
-    }
-    weft__wait_kept(w, deadline);
+    keeper->deadline = deadline;
+    if (weft__heap_push(&r->timers, keeper) < 0)
+        return -ENOMEM;
+    r->nkeepers++;
     return 0;
 }
-/* Keeper @keeper fired (its owner's fire function calls this): @w is the
- * wait its waiter is blocked in, or NULL. */
-void weft__keeper_fired(weft__reactor *r, weft__timer *keeper, weft__wait *w);
 static inline void weft__keeper_disarm(weft__reactor *r, weft__timer *keeper)
 {
     if (keeper->idx != WEFT__TIMER_IDLE) {
@@ -604,6 +591,21 @@ static inline void weft__keeper_disarm(weft__reactor *r, weft__timer *keeper)
         r->nkeepers--;
     }
 }
+static inline int weft__wait_keep(weft__wait *w, weft__timer *keeper, int64_t deadline)
+{
+    if (deadline == WEFT_FOREVER || !w->active)
+        return 0;
+    if (WEFT_UNLIKELY(keeper->idx == WEFT__TIMER_IDLE || keeper->deadline > deadline)) {
+        weft__keeper_disarm(w->r, keeper);
+        if (weft__keeper_arm(w->r, keeper, deadline) < 0)
+            return -ENOMEM;
+    }
+    weft__wait_kept(w, deadline);
+    return 0;
+}
+/* Keeper @keeper fired (its owner's fire function calls this): @w is the
+ * wait its waiter is blocked in, or NULL. */
+void weft__keeper_fired(weft__reactor *r, weft__timer *keeper, weft__wait *w);
 /* The end of @w's deadline (armed: not WEFT__TIMER_IDLE), whether its own
  * timer or one a keeper stands for. */
 static inline void weft__wait_deadline_end(weft__reactor *r, weft__wait *w)
