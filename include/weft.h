@@ -860,7 +860,9 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
 /**
  * shutdown(2) on @p fd. Never waits for a peer; in a fiber,
  * write-behind bytes (weft_write_behind()) go out first unless @p how is
- * SHUT_RD, which waits at most until their deadline. @return 0 or -errno.
+ * SHUT_RD, which waits at most until their deadline. After SHUT_WR or
+ * SHUT_RDWR write-behind is off for @p fd, so a later send fails with
+ * -EPIPE as send(2) does. @return 0 or -errno.
  */
 int weft_shutdown(int fd, int how);
 

@@ -90,9 +90,19 @@ int weft_shutdown(int fd, int how)
 {
     if (fd < 0)
         return -EBADF;
-    if (how != SHUT_RD)
-        weft__wb_settle_before(fd);
-    return shutdown(fd, how) < 0 ? -errno : 0;
+    if (how == SHUT_RD)
+        return shutdown(fd, how) < 0 ? -errno : 0;
+    weft__wb_settle_before(fd);
+    if (shutdown(fd, how) < 0)
+        return -errno;
+    /* No send can succeed now: a later one goes to the kernel and fails
+     * with -EPIPE, as send(2) does, instead of being taken into a
+     * write-behind buffer and reported as sent. */
+    weft_sched_t *s = weft__sched_tls();
+    weft__iofd *io = s ? weft__iofd_find(s, fd) : NULL;
+    if (io)
+        io->wb_on = 0;
+    return 0;
 }
 
 int weft_fd_forget(int fd)

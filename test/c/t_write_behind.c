@@ -6,7 +6,7 @@
  * and shutdown; close lets the bytes out first; a fiber that sends and
  * returns does not lose them; a peer that never reads ends in -ETIMEDOUT
  * that stays; a reset peer's error stays; forget with bytes in flight;
- * bad arguments. The harness's teardown checks that no operation, wait or
+ * a send after shutdown(SHUT_WR) fails at once; bad arguments. The harness's teardown checks that no operation, wait or
  * descriptor is left. */
 #include "harness.h"
 
@@ -243,7 +243,37 @@ static void forget_in_flight(void)
     CHECK_EQ(weft_close(b), 0);
 }
 
-/* 7. Bad arguments and descriptors that cannot take it. */
+/* 7. After weft_shutdown(SHUT_WR) a send fails with -EPIPE at once, as
+ * send(2) does, not later at a flush: the peer still gets the bytes sent
+ * before, then EOF, and can still answer. */
+static void after_shutdown(void)
+{
+    int how[] = {SHUT_WR, SHUT_RDWR};
+    for (int k = 0; k < 2; k++) {
+        int a, b;
+        h_tcp_pair(&a, &b);
+        CHECK_EQ(weft_write_behind(a, 1), 0);
+        CHECK_EQ(weft_send(a, "abc", 3, 0, DL()), 3);
+        CHECK_EQ(weft_shutdown(a, how[k]), 0);
+        CHECK_EQ(weft_send(a, "def", 3, 0, DL()), -EPIPE);
+        CHECK_EQ(weft_write(a, "def", 3, DL()), -EPIPE);
+        CHECK_EQ(weft_flush(a, DL()), 0);
+        char buf[8];
+        size_t got = 0;
+        CHECK_EQ(weft_read_full(b, buf, sizeof buf, &got, DL()), 1); /* EOF */
+        CHECK_EQ(got, 3);
+        CHECK(memcmp(buf, "abc", 3) == 0);
+        CHECK_EQ(weft_write(b, "ok", 2, DL()), 2);
+        if (how[k] == SHUT_WR) {
+            CHECK_EQ(weft_read_full(a, buf, 2, NULL, DL()), 0);
+            CHECK(memcmp(buf, "ok", 2) == 0);
+        }
+        CHECK_EQ(weft_close(a), 0);
+        CHECK_EQ(weft_close(b), 0);
+    }
+}
+
+/* 8. Bad arguments and descriptors that cannot take it. */
 static void bad_args(void)
 {
     CHECK_EQ(weft_write_behind(-1, 1), -EBADF);
@@ -277,11 +307,12 @@ static void *body(void *arg)
     stalled_peer();
     reset_peer();
     forget_in_flight();
+    after_shutdown();
     bad_args();
     return arg;
 }
 
-/* 8. The last fiber returns while a buffer is stuck behind a peer that
+/* 9. The last fiber returns while a buffer is stuck behind a peer that
  * does not read, its deadline not yet passed: the run must still end, at
  * that deadline, with the send cancelled. */
 static int left_a, left_b;
