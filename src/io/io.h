@@ -48,6 +48,8 @@ typedef struct weft__io {
     struct weft__wb *wb_all, *wb_free;  /* write-behind buffers (wb.c)     */
     struct weft__wb **wb_fresh;         /* submitted, deadline not armed   */
     uint32_t wb_fresh_n, wb_fresh_cap;
+    int64_t wb_fresh_min;               /* no later than their earliest
+                                           deadline; WEFT_FOREVER: none   */
     void (*wb_fini)(struct weft__io *io); /* set by wb.c with its first
                                              buffer; called at teardown  */
 } weft__io;

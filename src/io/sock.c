@@ -43,6 +43,7 @@ weft__io *weft__io_make(weft_sched_t *s)
     if (!io)
         return NULL;
     io->s = s;
+    io->wb_fresh_min = WEFT_FOREVER;
     s->io = io;
     s->io_fini = io_fini;
     return io;
