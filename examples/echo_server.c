@@ -33,7 +33,6 @@ static void *connection(void *arg)
     char name[32];
     snprintf(name, sizeof name, "conn fd %d", fd);
     weft_fiber_set_name(weft_self(), name);
-    open_conns++;
     for (;;) {
         ssize_t n = weft_read(fd, buf, sizeof buf, weft_deadline_in(idle_ns));
         if (n <= 0)
@@ -50,19 +49,35 @@ static void *acceptor(void *arg)
 {
     (void)arg;
     weft_fiber_set_name(weft_self(), "acceptor");
+    int short_of = 0; /* the accept error being backed off from, once said */
     while (!stopping) {
         int c = weft_accept(lfd, NULL, NULL, WEFT_FOREVER);
         if (c == -EMFILE || c == -ENFILE || c == -ENOBUFS || c == -ENOMEM) {
             /* Out of descriptors: the connection stays queued; back off
-             * instead of spinning, and accept again when fds free up. */
+             * instead of spinning, and accept again when fds free up.
+             * Say so once, not at every retry. */
+            if (c != short_of)
+                fprintf(stderr, "echo_server: accept: %s with %ld connections "
+                        "open; new ones wait until some close\n",
+                        strerror(-c), open_conns);
+            short_of = c;
             weft_sleep(10 * 1000000);
             continue;
         }
-        if (c < 0)
+        if (c < 0) {
+            if (c != -ECANCELED)
+                fprintf(stderr, "echo_server: accept: %s\n", strerror(-c));
             break; /* cancelled on shutdown, or the listener was closed */
+        }
+        if (short_of)
+            fprintf(stderr, "echo_server: accepting again\n");
+        short_of = 0;
         served++;
-        if (weft_spawn(connection, (void *)(long)c, NULL, NULL) < 0)
+        open_conns++; /* here, not in the fiber: it has not run yet */
+        if (weft_spawn(connection, (void *)(long)c, NULL, NULL) < 0) {
             weft_close(c);
+            open_conns--;
+        }
     }
     return NULL;
 }
