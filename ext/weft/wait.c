@@ -51,6 +51,18 @@ int weft__rb_io_fd(VALUE io)
     return rb_io_descriptor(x);  /* IOError for a closed stream */
 }
 
+/* The descriptor of @io after a wait: another fiber may have closed it
+ * meanwhile. A thread whose IO another thread closes under its wait gets
+ * IOError "stream closed in another thread" (rb_notify_fd_close), where
+ * "closed stream" means it was closed before the call; so here too. */
+static int io_fd_after_wait(VALUE io)
+{
+    VALUE x = rb_io_get_io(io);
+    if (weft__rb_io_closed(x))
+        rb_raise(rb_eIOError, "stream closed in another thread");
+    return rb_io_descriptor(x);
+}
+
 /* Whether @io is a BasicSocket (so its descriptor is a socket). */
 static bool is_socket_object(VALUE io)
 {
@@ -237,7 +249,7 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
      * threads the other one runs meanwhile. */
     if (rc == 0 && deadline == 0) {
         weft__rb_yield_once(s);
-        fd = weft__rb_io_fd(io); /* IOError if another fiber closed it */
+        fd = io_fd_after_wait(io); /* IOError if another fiber closed it */
         rc = weft__rb_poll_now(fd, ev);
     }
     if (rc == 0 && deadline != 0) {
@@ -253,7 +265,7 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
              * other backends end the wait with EBADF. IOError either way,
              * as on a thread (`io.wait_readable` returned the closed IO). */
             if (rc > 0)
-                (void)weft__rb_io_fd(io);
+                (void)io_fd_after_wait(io);
         } else {
             fi->w_owner = cur; /* while this wait lasts */
             struct iowait_arg a = {s, fd, ev, deadline, 0};
@@ -277,8 +289,10 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
         weft__rb_raise_io_timeout(ev);
     if (rc == 0 || rc == -ETIMEDOUT)
         return Qfalse;
-    if (rc == -EBADF)
-        rb_raise(rb_eIOError, "closed stream");
+    if (rc == -EBADF) {
+        (void)io_fd_after_wait(io);
+        rb_raise(rb_eIOError, "closed stream"); /* the number was reused */
+    }
     rb_syserr_fail(-rc, "io_wait");
     return Qnil;
 }

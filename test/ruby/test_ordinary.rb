@@ -995,4 +995,50 @@ class TestOrdinary < Minitest::Test
   ensure
     [r, w].each { |io| io&.close }
   end
+
+  # 26. Reading, writing or waiting on an IO that another worker closes
+  # while it waits: IOError "stream closed in another thread", as on a
+  # thread ("closed stream" is for an IO closed before the call). The
+  # scheduler raised "closed stream" on every backend.
+  def test_an_io_closed_during_a_read_raises_as_on_threads
+    require "io/wait"
+    waits = {
+      read: ->(ios) { ios[:r].read(10) },
+      gets: ->(ios) { ios[:r2].gets },
+      recv: ->(ios) { ios[:a].recv(10) },
+      write: ->(ios) { loop { ios[:w].write("x" * 65_536) } },
+      wait_readable: ->(ios) { ios[:r3].wait_readable(30) },
+    }
+    make_ios = lambda do
+      r, = IO.pipe
+      r2, = IO.pipe
+      r3, = IO.pipe
+      a, = UNIXSocket.pair
+      _, w = IO.pipe
+      w.sync = true
+      { r: r, r2: r2, r3: r3, a: a, w: w }
+    end
+    outcome = lambda do |wait, ios|
+      wait.call(ios).class
+    rescue IOError => e
+      e.message
+    end
+    # Threads: each is parked in its call before the IOs are closed. Ruby
+    # 3.3's wait_readable on a thread now and then returns the IO its
+    # close woke (test 22), so that one is not compared.
+    ios = make_ios.call
+    threads = waits.except(:wait_readable).transform_values { |w| Thread.new { outcome.call(w, ios) } }
+    Thread.pass until threads.each_value.all?(&:stop?)
+    ios.each_value(&:close)
+    threads = threads.transform_values(&:value)
+    # Fibers: each runs until it waits before the next one starts.
+    fibers = {}
+    Weft.run do
+      ios = make_ios.call
+      waits.each { |name, w| Fiber.schedule { fibers[name] = outcome.call(w, ios) } }
+      ios.each_value(&:close)
+    end
+    assert_equal ["stream closed in another thread"], threads.values.uniq, threads.inspect
+    assert_equal ["stream closed in another thread"], fibers.values.uniq, fibers.inspect
+  end
 end
