@@ -711,7 +711,9 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  * plain close(2), weft keeps what it learnt of the old descriptor for the
  * next one given that number by pipe(2), socketpair(2) or open(2), which
  * may then not be made non-blocking (a read holds the whole thread) or,
- * on epoll, never be reported ready.
+ * on epoll, never be reported ready. dup2(2) and dup3(2) onto a number
+ * weft has used close the old descriptor the same way: call
+ * weft_fd_forget() on that number right after them.
  *
  * O_NONBLOCK belongs to the open file description, which every copy of
  * the descriptor shares, and it stays set: after weft_write(1, ...) or
@@ -924,7 +926,8 @@ int weft_close(int fd);
 /**
  * drop weft's state for @p fd (waking its waiters with
  * -EBADF) without closing it; call it before closing a descriptor by other
- * means. @return 0, -EBADF for a negative @p fd.
+ * means, and after dup2(2) or dup3(2) onto @p fd, which closes the one that
+ * had the number. @return 0, -EBADF for a negative @p fd.
  */
 int weft_fd_forget(int fd);
 
