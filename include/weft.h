@@ -889,6 +889,9 @@ int weft_shutdown(int fd, int how);
  *
  * Do not write to @p fd by other means (write(2), sendfile(2), splice(2))
  * without weft_flush() first: those would overtake the buffered bytes.
+ * Shut it down with weft_shutdown() and close it with weft_close(), which
+ * let the bytes out first: a plain shutdown(2) right after a send ends the
+ * stream before them, and the peer sees end of file without them.
  * On the epoll and poll backends a send already returns once the kernel
  * has the bytes; there the call succeeds and changes nothing. The setting
  * ends when @p fd is closed or forgotten (weft_close, weft_fd_forget).
