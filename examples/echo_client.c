@@ -22,6 +22,18 @@ static long nclients = 300, nbytes = 64 * 1024;
 static int64_t timeout_ns = 30LL * 1000000000;
 static long ok, failed, connected, max_live, live;
 static long long bytes_verified;
+static const char *first_what; /* the first failure, for the summary */
+static int first_err;
+
+/* Count a failed client; the first failure's reason is kept. */
+static void fail(const char *what, int err)
+{
+    failed++;
+    if (!first_what) {
+        first_what = what;
+        first_err = err;
+    }
+}
 
 static uint8_t byte_at(long client, long i)
 {
@@ -64,7 +76,7 @@ static void *client(void *arg)
     int64_t deadline = weft_deadline_in(timeout_ns);
     int fd = weft_dial(host, port, SOCK_STREAM, deadline);
     if (fd < 0) {
-        failed++;
+        fail("connect", fd);
         return NULL;
     }
     connected++;
@@ -99,8 +111,10 @@ static void *client(void *arg)
     if (rc == 0 && ra.err == 0 && ra.got == nbytes) {
         ok++;
         bytes_verified += ra.got;
+    } else if (rc < 0) {
+        fail("write", rc);
     } else {
-        failed++;
+        fail(ra.err == -EILSEQ ? "echo differs" : "read", ra.err ? ra.err : -EPIPE);
     }
     return NULL;
 }
@@ -108,9 +122,11 @@ static void *client(void *arg)
 static void *main_fiber(void *arg)
 {
     (void)arg;
-    for (long i = 0; i < nclients; i++)
-        if (weft_spawn(client, (void *)i, NULL, NULL) < 0)
-            failed++;
+    for (long i = 0; i < nclients; i++) {
+        int rc = weft_spawn(client, (void *)i, NULL, NULL);
+        if (rc < 0)
+            fail("spawn", rc);
+    }
     return NULL;
 }
 
@@ -163,5 +179,8 @@ int main(int argc, char **argv)
            nclients, max_live, ok, failed, bytes_verified, secs,
            2.0 * (double)bytes_verified / secs / 1e6,
            (unsigned long long)st.switches, weft_sched_backend(weft_sched_self()));
+    if (first_what)
+        fprintf(stderr, "echo_client: first failure: %s: %s\n", first_what,
+                first_err == -EILSEQ ? "wrong bytes" : strerror(-first_err));
     return failed ? 1 : 0;
 }
