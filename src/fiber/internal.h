@@ -369,7 +369,12 @@ static inline void weft__fiber_kept_sync(weft__fiber *f)
  * (kept_at says so, from the record's hot line), the wait only records
  * it. A deadline of 0 or less ("try once", or already due at the epoch)
  * takes a timer of its own, so that kept_at 0 can mean "idle". */
-static inline int weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadline)
+/* weft__fiber_keep when the keeper is idle or armed later than
+ * @deadline (sched.c): out of line, so that the kept case, every read
+ * of a keep-alive connection but the first, costs no call. */
+int weft__fiber_keep_arm(weft__fiber *f, weft__wait *w, int64_t deadline);
+static inline __attribute__((always_inline)) int
+weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadline)
 {
     if (deadline == WEFT_FOREVER)
         return 0;
@@ -377,15 +382,7 @@ static inline int weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadli
         weft__wait_kept(w, deadline);
         return 0;
     }
-    if (WEFT_UNLIKELY(deadline <= 0))
-        return weft__wait_arm_later(w, deadline);
-    if (f->kept_at == 0) { /* idle: (re)initialised here, not at spawn */
-        f->keeper.idx = WEFT__TIMER_IDLE;
-        f->keeper.fire = weft__fiber_keeper_fired;
-    }
-    int rc = weft__wait_keep(w, &f->keeper, deadline);
-    weft__fiber_kept_sync(f);
-    return rc;
+    return weft__fiber_keep_arm(f, w, deadline);
 }
 /* Whether the current fiber @f's timeout scope has expired: -ETIMEDOUT or
  * 0 (out of line: a clock read). */

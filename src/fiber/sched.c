@@ -81,6 +81,19 @@ void weft__fiber_wake(weft__wait *w)
         rq_push(weft__tls_sched, f); /* its own: waits complete on its thread */
 }
 
+int weft__fiber_keep_arm(weft__fiber *f, weft__wait *w, int64_t deadline)
+{
+    if (WEFT_UNLIKELY(deadline <= 0))
+        return weft__wait_arm_later(w, deadline);
+    if (f->kept_at == 0) { /* idle: (re)initialised here, not at spawn */
+        f->keeper.idx = WEFT__TIMER_IDLE;
+        f->keeper.fire = weft__fiber_keeper_fired;
+    }
+    int rc = weft__wait_keep(w, &f->keeper, deadline);
+    weft__fiber_kept_sync(f);
+    return rc;
+}
+
 /* A fiber's keeper fired (weft__wait_keep): the wait it is blocked in, if
  * any, is the one whose deadline it may stand for. */
 void weft__fiber_keeper_fired(weft__timer *t)

@@ -143,7 +143,7 @@ ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint)
 }
 
 /* weft__io_op for an op of one buffer at the file position or on a
- * socket (weft__op_start_buf): every request's read and answer. */
+ * socket (weft__wait_arm_buf): every request's read and answer. */
 static ssize_t io_op_buf(int op, int fd, void *buf, size_t len, int flags,
                          int64_t deadline)
 {
@@ -155,9 +155,11 @@ static ssize_t io_op_buf(int op, int fd, void *buf, size_t len, int flags,
         weft__wait_complete(&w, rc);
         return rc;
     }
-    rc = weft__op_start_buf(&w, op, fd, buf, len, flags, WEFT_FOREVER);
-    if (rc < 0)
+    rc = weft__wait_arm_buf(&w, op, fd, buf, len, flags);
+    if (WEFT_UNLIKELY(rc < 0)) {
+        weft__wait_complete(&w, rc);
         return rc;
+    }
     bool rd = op == WEFT__OP_RECV || op == WEFT__OP_READ;
     return op_wait(&w, WEFT__WK(WEFT_WAIT_FD, rd ? WEFT_READABLE : WEFT_WRITABLE), fd, NULL);
 }

@@ -627,7 +627,7 @@ static void handle(weft__reactor *r, uint64_t ud, int res, unsigned flags)
     if (op == WEFT__OP_ACCEPT && st->accept_hints && res >= 0)
         w->op_hint = (flags & IORING_CQE_F_SOCK_NONEMPTY) ? WEFT__HINT_MORE
                                                            : WEFT__HINT_EMPTY;
-    weft__wait_complete(w, w->op_res);
+    weft__wait_end(w, w->op_res);
 }
 
 static void reap(weft__reactor *r)

@@ -61,30 +61,7 @@ weft__fdstate *weft__fd_grow(weft__reactor *r, int fd)
     return &r->fds[fd];
 }
 
-static inline void fd_unlink(weft__reactor *r, weft__wait *w)
-{
-    weft__list_remove(&r->fds[w->fd].waits, &w->fnode);
-    int fd = w->fd;
-    w->fd = -1;
-    r->nfd_waits--;
-    /* A wait without events (an op's) is in no backend's interest set. */
-    if (WEFT_UNLIKELY(w->events))
-        (void)r->ops->fd_update(r, fd);
-}
-
 /* ---- waits ------------------------------------------------------------ */
-
-/* Stats: @w is handed to the backend under @code (WEFT__OPC_*). Each
- * wait is counted where it reaches the backend: a readiness wait that the
- * backend turns into a POLL op, in weft__wait_arm_op only. Index 0 of the
- * arrays is "not counted" (opk 0), so completion counts without a test. */
-static inline void count_sub(weft__reactor *r, weft__wait *w, unsigned code)
-{
-    if (WEFT_UNLIKELY(w->okind))
-        code = WEFT__OPC_KIND + w->okind - 1u;
-    w->opk = (uint8_t)(code + 1);
-    r->opc_sub[code + 1]++;
-}
 
 static int opc_kind(unsigned code)
 {
@@ -121,7 +98,6 @@ void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t d
     done[WEFT_OPK_TIMEOUT] = r->timers_armed - weft__reactor_timers(r);
 }
 
-static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events);
 
 void weft__wait_timer_fired(weft__timer *t)
 {
@@ -182,11 +158,11 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
     }
     if (r->ops->fd_wait)
         return r->ops->fd_wait(r, w, fd, events); /* e.g. a ring POLL */
-    count_sub(r, w, WEFT__OPC_FD + (events & 7u));
-    fd_link(r, w, fd, events);
+    weft__wait_count_sub(r, w, WEFT__OPC_FD + (events & 7u));
+    weft__wait_fd_link(r, w, fd, events);
     int rc = r->ops->fd_update(r, fd);
     if (rc < 0) {
-        fd_unlink(r, w);
+        weft__wait_fd_unlink(r, w);
         if (rc == -EPERM) {
             /* The backend cannot watch this kind of file (a regular file
              * with epoll): it is always ready. */
@@ -199,16 +175,6 @@ int weft__wait_arm_fd(weft__wait *w, int fd, uint32_t events)
     return 0;
 }
 
-static void fd_link(weft__reactor *r, weft__wait *w, int fd, uint32_t events)
-{
-    weft__fdstate *st = &r->fds[fd];
-    w->fd = fd;
-    w->events = events;
-    w->gen = st->gen;
-    weft__list_push_front(&st->waits, &w->fnode);
-    r->nfd_waits++;
-}
-
 int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
 {
     if (!w->active)
@@ -218,7 +184,7 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
         return -EOPNOTSUPP;
     if (d->fd >= 0 && !weft__fd(r, d->fd))
         return -ENOMEM;
-    count_sub(r, w, d->op == WEFT__OP_POLL
+    weft__wait_count_sub(r, w, d->op == WEFT__OP_POLL
                         ? WEFT__OPC_FD + (d->events & 7u)
                         : (unsigned)d->op);
     int rc = r->ops->op_submit(r, w, d);
@@ -228,7 +194,7 @@ int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d)
      * else matches) so that closing the descriptor ends the wait — except
      * the close itself, which nothing may end but its own completion. */
     if (d->fd >= 0 && d->op != WEFT__OP_CLOSE)
-        fd_link(r, w, d->fd, d->op == WEFT__OP_POLL ? d->events : 0);
+        weft__wait_fd_link(r, w, d->fd, d->op == WEFT__OP_POLL ? d->events : 0);
     return 0;
 }
 
@@ -244,42 +210,12 @@ int weft__op_start(weft__wait *w, const weft__opdesc *d, int64_t deadline)
 
 /* weft__wait_arm_buf by the general path (an ended wait, a backend
  * without op_buf). Out of line: its opdesc would sit in every frame. */
-static __attribute__((noinline)) int arm_buf_general(weft__wait *w, int op, int fd,
-                                                     void *buf, size_t len, int flags)
+__attribute__((noinline)) int weft__wait_arm_buf_general(weft__wait *w, int op, int fd,
+                                                         void *buf, size_t len, int flags)
 {
     weft__opdesc d = {.op = op, .fd = fd, .buf = buf, .len = len, .off = -1,
                       .flags = flags};
     return weft__wait_arm_op(w, &d);
-}
-
-static inline __attribute__((always_inline)) int
-arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
-{
-    weft__reactor *r = w->r;
-    if (WEFT_UNLIKELY(!w->active || !r->ops->op_buf))
-        return arm_buf_general(w, op, fd, buf, len, flags);
-    count_sub(r, w, (unsigned)op);
-    int rc = r->ops->op_buf(r, w, op, fd, buf, len, flags);
-    if (rc < 0)
-        return rc;
-    fd_link(r, w, fd, 0);
-    return 0;
-}
-
-int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags)
-{
-    return arm_buf(w, op, fd, buf, len, flags);
-}
-
-int weft__op_start_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags,
-                       int64_t deadline)
-{
-    int rc = weft__wait_arm_later(w, deadline);
-    if (rc == 0)
-        rc = arm_buf(w, op, fd, buf, len, flags);
-    if (WEFT_UNLIKELY(rc < 0))
-        weft__wait_complete(w, rc);
-    return rc;
 }
 
 void weft__op_rearm(weft__wait *w)
@@ -323,20 +259,7 @@ int weft__fd_learn_kind(weft__reactor *r, int fd)
 
 void weft__wait_complete(weft__wait *w, int result)
 {
-    if (!w->active)
-        return;
-    w->active = false;
-    weft__reactor *r = w->r;
-    if (w->timer.idx != WEFT__TIMER_IDLE)
-        weft__wait_deadline_end(r, w);
-    r->opc_done[w->opk]++; /* [0]: never handed to the backend */
-    if (w->fd >= 0)
-        fd_unlink(r, w);
-    if (w->op)
-        r->ops->op_cancel(r, w);
-    r->nwaits--;
-    w->result = result;
-    w->wake(w);
+    weft__wait_end(w, result);
 }
 
 void weft__reactor_fd_event(weft__reactor *r, uint64_t token, uint32_t revents)

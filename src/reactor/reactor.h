@@ -622,6 +622,37 @@ static inline void weft__wait_deadline_end(weft__reactor *r, weft__wait *w)
 void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t done[8]);
 /* Complete @w with @result (first completion wins; later ones are no-ops). */
 void weft__wait_complete(weft__wait *w, int result);
+/* Unlinked from its descriptor's list of waits. */
+static inline void weft__wait_fd_unlink(weft__reactor *r, weft__wait *w)
+{
+    weft__list_remove(&r->fds[w->fd].waits, &w->fnode);
+    int fd = w->fd;
+    w->fd = -1;
+    r->nfd_waits--;
+    /* A wait without events (an op's) is in no backend's interest set. */
+    if (WEFT_UNLIKELY(w->events))
+        (void)r->ops->fd_update(r, fd);
+}
+/* weft__wait_complete's body, inline where a backend hands over an op's
+ * completion (two a request): there the wait's op has just been cleared,
+ * so the cancel below drops out, and the call's frame with it. */
+static inline void weft__wait_end(weft__wait *w, int result)
+{
+    if (!w->active)
+        return;
+    w->active = false;
+    weft__reactor *r = w->r;
+    if (w->timer.idx != WEFT__TIMER_IDLE)
+        weft__wait_deadline_end(r, w);
+    r->opc_done[w->opk]++; /* [0]: never handed to the backend */
+    if (w->fd >= 0)
+        weft__wait_fd_unlink(r, w);
+    if (w->op)
+        r->ops->op_cancel(r, w);
+    r->nwaits--;
+    w->result = result;
+    w->wake(w);
+}
 /* Start a completion op for @w (backends with op_submit only). */
 int weft__wait_arm_op(weft__wait *w, const weft__opdesc *d);
 static inline bool weft__reactor_has_ops(const weft__reactor *r) {
@@ -660,9 +691,47 @@ int weft__op_result(const weft__wait *w, int why);
  * (WEFT__OP_READ, _WRITE at the file position, _RECV, _SEND with @flags):
  * the same, by the backend's path for those (op_buf), on a descriptor the
  * table reaches. */
-int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags);
-int weft__op_start_buf(weft__wait *w, int op, int fd, void *buf, size_t len, int flags,
-                       int64_t deadline);
+int weft__wait_arm_buf_general(weft__wait *w, int op, int fd, void *buf, size_t len,
+                               int flags);
+/* Stats: @w is handed to the backend under @code (WEFT__OPC_*), or under
+ * the kind the client named (okind). Each wait is counted where it
+ * reaches the backend: a readiness wait that the backend turns into a POLL
+ * op, in weft__wait_arm_op only. Index 0 of the arrays is "not counted"
+ * (opk 0), so completion counts without a test. */
+static inline void weft__wait_count_sub(weft__reactor *r, weft__wait *w, unsigned code)
+{
+    if (WEFT_UNLIKELY(w->okind))
+        code = WEFT__OPC_KIND + w->okind - 1u;
+    w->opk = (uint8_t)(code + 1);
+    r->opc_sub[code + 1]++;
+}
+/* Linked to @fd's list of waits (the table reaches @fd), for @events. */
+static inline void weft__wait_fd_link(weft__reactor *r, weft__wait *w, int fd,
+                                      uint32_t events)
+{
+    weft__fdstate *st = &r->fds[fd];
+    w->fd = fd;
+    w->events = events;
+    w->gen = st->gen;
+    weft__list_push_front(&st->waits, &w->fnode);
+    r->nfd_waits++;
+}
+/* Inline: every request's read and answer start here, and a call of its
+ * own cost them a frame each (docs/PERFORMANCE.md). Anything but an
+ * active wait on a backend with op_buf takes the general path. */
+static inline int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len,
+                                     int flags)
+{
+    weft__reactor *r = w->r;
+    if (WEFT_UNLIKELY(!w->active || !r->ops->op_buf))
+        return weft__wait_arm_buf_general(w, op, fd, buf, len, flags);
+    weft__wait_count_sub(r, w, (unsigned)op);
+    int rc = r->ops->op_buf(r, w, op, fd, buf, len, flags);
+    if (rc < 0)
+        return rc;
+    weft__wait_fd_link(r, w, fd, 0);
+    return 0;
+}
 
 /* What @fd is (WEFT__FD_SOCKET, FILE, FIFO or OTHER), learnt with one
  * fstat per life of the descriptor and kept; -errno if @fd is not open,
