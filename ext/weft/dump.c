@@ -48,6 +48,16 @@ void weft__rb_sched_unregister(rsched *s)
     pthread_mutex_unlock(&reg_lock);
 }
 
+/* Call @fn for every registered scheduler, under the registry's lock
+ * (@fn must not call Ruby nor register or unregister one). */
+void weft__rb_sched_each(void (*fn)(rsched *s, void *arg), void *arg)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (weft__node *n = reg.head; n; n = n->next)
+        fn(weft__container(n, rsched, snode), arg);
+    pthread_mutex_unlock(&reg_lock);
+}
+
 /* Weft._request_dump: every scheduler of the process prints its dump to
  * stderr from its loop, at the loop's next pass (a loop blocked in the
  * backend is woken). Async-signal-safe in what it touches; meant for a

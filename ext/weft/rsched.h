@@ -106,6 +106,8 @@ typedef struct rwait {
                          * so not in rsched.waiting                        */
     uint8_t olinked;    /* on its descriptor's w_waiters                    */
     uint8_t what;       /* WAIT_FD ... WAIT_WRITER                          */
+    uint8_t wakeable;   /* a sleep without a duration: Thread#wakeup and
+                         * #run of the scheduler's thread end it           */
     int aux;            /* WAIT_RING: the op (WEFT__OP_*)                   */
     int xfd;            /* WAIT_RING, WAIT_FILE: the descriptor             */
     VALUE obj;          /* WAIT_BLOCK: the blocker (on the waiter's stack,
@@ -351,6 +353,7 @@ extern volatile unsigned weft__rb_dump_gen; /* dump requests so far */
 void weft__rb_dump_now(rsched *s);          /* on the loop: to stderr  */
 void weft__rb_sched_register(rsched *s);
 void weft__rb_sched_unregister(rsched *s);
+void weft__rb_sched_each(void (*fn)(rsched *s, void *arg), void *arg);
 void weft__rb_stall_stop(rsched *s);
 void weft__rb_stall_fork(rsched *s);
 void weft__rb_init_dump(VALUE klass);

@@ -334,6 +334,7 @@ static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
         weft__rb_rw_begin_yield(s, &rw, WAIT_SLEEP); /* sleep(0): just yield */
     } else {
         weft__rb_rw_begin(s, &rw, WAIT_SLEEP);
+        rw.wakeable = deadline == WEFT_FOREVER;
         (void)weft__wait_arm_deadline(&rw.w, deadline);
     }
     int rc = weft__rb_rw_wait(s, &rw, true);
@@ -385,6 +386,55 @@ static void unblock_post(void *p)
     free(m);
 }
 
+/* Thread#wakeup and #run: a thread asleep returns from its sleep. Which
+ * of the thread's fibers the caller means is not known, so every fiber
+ * of the thread's scheduler that sleeps without a duration (`sleep`,
+ * `Thread.stop`, `Mutex#sleep` and so ConditionVariable#wait without a
+ * timeout: only a wakeup, an unblock or an exception ends those) wakes
+ * up. A sleep with a duration runs to its end: ending it early would end
+ * the timed sleeps of every other fiber of the thread, which a thread's
+ * wakeup never touches. */
+static int wake_sleeper(st_data_t key, st_data_t val, st_data_t arg)
+{
+    (void)key;
+    (void)arg;
+    rwait *rw = (rwait *)val;
+    if (rw->wakeable && rw->kind == RW_SLEEP && rw->w.active)
+        weft__wait_complete(&rw->w, 0);
+    return ST_CONTINUE;
+}
+
+/* Runs on the loop thread (maybe without the GVL). */
+static void wakeup_post(void *p)
+{
+    rsched *s = p;
+    st_foreach(s->waiting, wake_sleeper, 0);
+}
+
+static void wakeup_one(rsched *s, void *arg)
+{
+    VALUE thread = (VALUE)arg;
+    if (s->thread != thread || !s->bound)
+        return;
+    if (thread == rb_thread_current()) {
+        if (s->r_live && !s->closed && s->pid == getpid())
+            st_foreach(s->waiting, wake_sleeper, 0);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->r_live && !s->closed)
+        (void)weft__reactor_post(&s->r, wakeup_post, s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Weft::Scheduler._wakeup(thread): what Thread#wakeup adds (lib/). */
+static VALUE s_wakeup(VALUE klass, VALUE thread)
+{
+    (void)klass;
+    weft__rb_sched_each(wakeup_one, (void *)thread);
+    return Qnil;
+}
+
 /* unblock(blocker, fiber): thread-safe. */
 static VALUE s_unblock(VALUE self, VALUE blocker, VALUE fiber)
 {
@@ -426,4 +476,5 @@ void weft__rb_init_wait(VALUE klass)
     rb_define_method(klass, "kernel_sleep", s_kernel_sleep, -1);
     rb_define_method(klass, "block", s_block, -1);
     rb_define_method(klass, "unblock", s_unblock, 2);
+    rb_define_singleton_method(klass, "_wakeup", s_wakeup, 1);
 }

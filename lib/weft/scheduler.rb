@@ -633,6 +633,49 @@ module Weft
 end
 
 module Weft
+  # Thread#wakeup and Thread#run end a thread's sleep. They call no hook:
+  # a fiber that slept (`waiter = Thread.current; sleep`) until another
+  # fiber or thread called `waiter.wakeup` slept on, and Thread.stop,
+  # which has no hook either, held the whole thread. A wakeup names a
+  # thread, not a fiber, so every fiber of that thread's scheduler that
+  # sleeps without a duration (sleep, Thread.stop, a ConditionVariable
+  # wait without a timeout) wakes up; a sleep with a duration runs to its
+  # end, as the other fibers' timed sleeps would otherwise end early.
+  module WakeupEndsSleeps
+    def wakeup
+      super
+      Weft::Scheduler._wakeup(self)
+      self
+    end
+
+    # Thread#run is wakeup and Thread.pass, and calls neither method.
+    def run
+      wakeup
+      Thread.pass
+      self
+    end
+  end
+  private_constant :WakeupEndsSleeps
+
+  Thread.prepend(WakeupEndsSleeps)
+
+  # Thread.stop in a non-blocking fiber under Weft sleeps through the
+  # scheduler, as `sleep` does, so the other fibers run meanwhile.
+  module StopSleeps
+    def stop
+      scheduler = Fiber.scheduler
+      return super unless scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
+
+      scheduler.kernel_sleep
+      nil
+    end
+  end
+  private_constant :StopSleeps
+
+  Thread.singleton_class.prepend(StopSleeps)
+end
+
+module Weft
   # Ruby 3.1's Thread#join(limit) under a scheduler calls the block hook
   # with the limit in a loop until the thread has ended and never looks at
   # the clock: a join with a limit waited for the whole thread (and a

@@ -1041,4 +1041,49 @@ class TestOrdinary < Minitest::Test
     assert_equal ["stream closed in another thread"], threads.values.uniq, threads.inspect
     assert_equal ["stream closed in another thread"], fibers.values.uniq, fibers.inspect
   end
+
+  # 27. Thread#wakeup and Thread#run end a sleep without a duration,
+  # Thread.stop and a ConditionVariable wait, as on a thread, whether the
+  # waker is a fiber of the same thread (the waiter kept Thread.current)
+  # or another thread. They call no hook: the fibers slept on, and
+  # Thread.stop held the whole thread.
+  def test_thread_wakeup_ends_a_sleep_as_on_threads
+    sleepers = lambda do |got|
+      lambda do |waker|
+        { sleep: -> { sleep.class }, stop: -> { Thread.stop.class },
+          wait: lambda {
+            m = Thread::Mutex.new
+            m.synchronize { ConditionVariable.new.wait(m) }.class
+          } }.map { |name, call| waker.call(name) { got << [name, call.call] } }
+      end
+    end
+    expected = [[:sleep, Integer], [:stop, NilClass], [:wait, Integer]]
+    # Threads: one each, woken when it sleeps.
+    got = Thread::Queue.new
+    threads = sleepers.call(got).call(->(_, &b) { Thread.new(&b) })
+    threads.each { |t| Thread.pass until t.stop? }
+    threads.each(&:run)
+    threads.each(&:join)
+    assert_equal expected, Array.new(3) { got.pop }.sort
+    # Fibers woken by a fiber of their thread: each sleeps before the next
+    # one starts.
+    got = Thread::Queue.new
+    Weft.run do
+      sleepers.call(got).call(->(_, &b) { Fiber.schedule(&b) })
+      Fiber.schedule { Thread.current.wakeup }
+    end
+    assert_equal expected, Array.new(3) { got.pop }.sort
+    # Fibers woken by another thread, once their loop waits in the backend
+    # (the thread's status is then "sleep").
+    got = Thread::Queue.new
+    started = Thread::Queue.new
+    loop_thread = Thread.new do
+      Weft.run { sleepers.call(got).call(->(_, &b) { Fiber.schedule(&b) }); started << 1 }
+    end
+    started.pop
+    Thread.pass until loop_thread.stop?
+    loop_thread.run
+    assert loop_thread.join(30), "the fibers slept on"
+    assert_equal expected, Array.new(3) { got.pop }.sort
+  end
 end
