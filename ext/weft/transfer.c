@@ -300,12 +300,16 @@ static bool xfer_account(struct xfer *x)
 }
 
 /* The end of a transfer with -@rc: IO::TimeoutError when the IO's own
- * timeout passed before anything moved, else the hook returns what moved
- * or @rc. */
+ * timeout passed before anything moved; IOError "stream closed in another
+ * thread" when another fiber closed the IO under the transfer before
+ * anything moved, as a thread gets (IO::Buffer#read, Ruby >= 3.2; the
+ * hook returned -EBADF); else the hook returns what moved or @rc. */
 static bool xfer_fail(struct xfer *x, int rc)
 {
     if (!x->total && rc == -ETIMEDOUT && x->io_tmo)
         weft__rb_raise_io_timeout(x->ev);
+    if (!x->total && rc == -EBADF && weft__rb_io_closed(x->io))
+        rb_raise(rb_eIOError, "stream closed in another thread");
     x->rc = rc;
     return false;
 }
@@ -328,6 +332,8 @@ static bool xfer_blocked(struct xfer *x)
             return xfer_fail(x, rc);
         return xfer_refetch(x);
     }
+    if (err == EBADF)
+        return xfer_fail(x, -err);
     if (would_block && !x->total) {
         s->fdi[x->fd].waited = 1;
         s->ea_seq = s->hook_seq;

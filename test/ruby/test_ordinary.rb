@@ -1086,4 +1086,30 @@ class TestOrdinary < Minitest::Test
     assert loop_thread.join(30), "the fibers slept on"
     assert_equal expected, Array.new(3) { got.pop }.sort
   end
+
+  # 28. IO::Buffer#read from a socket that another worker closes while it
+  # waits: IOError "stream closed in another thread", as on a thread
+  # (Ruby >= 3.2; 3.1's thread returned -EAGAIN). The hook returned
+  # -EBADF, which IO::Buffer#read handed back as the count, -9.
+  def test_a_buffer_read_from_an_io_closed_meanwhile_raises_as_on_threads
+    outcome = lambda do |a|
+      IO::Buffer.new(8).read(a, 4)
+    rescue IOError => e
+      e.message
+    end
+    fiber = nil
+    Weft.run do
+      a, = UNIXSocket.pair
+      Fiber.schedule { fiber = outcome.call(a) }
+      a.close
+    end
+    assert_equal "stream closed in another thread", fiber
+    return if RUBY_VERSION < "3.2"
+
+    a, = UNIXSocket.pair
+    reader = Thread.new { outcome.call(a) }
+    Thread.pass until reader.stop?
+    a.close
+    assert_equal fiber, reader.value
+  end
 end
