@@ -716,19 +716,31 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  * weft_fd_forget() on that number right after them.
  *
  * O_NONBLOCK belongs to the open file description, which every copy of
- * the descriptor shares, and it stays set: after weft_write(1, ...) or
- * weft_read(0, ...), stdio on the same descriptor (printf) and processes
- * that share it without weft_proc_spawn() (which gives its children their
- * standard descriptors blocking) get EAGAIN where they expect to block,
- * and lose output when a pipe or terminal is full. Give such a descriptor
- * to weft only, or to stdio only. A standard descriptor (0, 1
- * or 2) that weft made non-blocking is made blocking again when the
- * process exits (exit(3) or returning from main; not _exit(2), and not in
- * a forked child), so that the shell, the terminal and the next program
- * in a pipeline find it as it was.
+ * the descriptor shares. A standard descriptor (0, 1 or 2) on a pipe, a
+ * FIFO or a terminal first gets a description of its own, opened anew
+ * through /proc/self/fd onto the same number: in a terminal, where the
+ * shell opened one description for all three, weft_read(0, ...) then
+ * leaves stdout and stderr blocking, so printf still waits for a full
+ * terminal. Where that cannot be done (a socket, no /proc), the flag is
+ * set on the shared description and stays set: stdio on the same
+ * description (printf) and processes that share it without
+ * weft_proc_spawn() (which gives its children their standard descriptors
+ * blocking) get EAGAIN where they expect to block, and lose output when a
+ * pipe or terminal is full; give such a descriptor to weft only, or to
+ * stdio only. The same holds for the descriptor weft reads or writes
+ * itself (weft_write(1, ...) and printf on 1). A standard descriptor that
+ * weft made non-blocking is made blocking again when the process exits
+ * (exit(3) or returning from main; not _exit(2), and not in a forked
+ * child), so that the shell, the terminal and the next program in a
+ * pipeline find it as it was.
  *
  * Each call first tries the system call and waits only when it would
  * block. EINTR is retried. Writes never raise SIGPIPE: they return -EPIPE.
+ * A fiber whose calls never have to wait (a regular file, /dev/zero, a
+ * socket whose peer keeps up, on a backend that makes the system call)
+ * lets the other fibers and the timers run every 64 such calls in a row,
+ * as a thread would be preempted: that call yields first (weft_yield()),
+ * and returns -ECANCELED if the fiber was cancelled meanwhile.
  * @{
  */
 

@@ -23,8 +23,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,6 +49,34 @@ int weft__io_begin(int fd, int64_t deadline)
     if (!weft__fd(&s->r, fd) || !weft__iofd_get(s, fd))
         return -ENOMEM;
     return 0;
+}
+
+/* A fiber whose reads and writes never wait (a regular file, /dev/zero, a
+ * socket whose peer keeps up, on a backend that makes the system call)
+ * would keep every other fiber and every timer from running, where a
+ * thread making the same calls is preempted. So the WEFT__IO_BUDGET-th
+ * such call that one fiber makes in a row, within one turn of the loop,
+ * yields first. Ops (io_uring) need no budget: each one blocks. */
+enum { WEFT__IO_BUDGET = 64 };
+
+static __attribute__((noinline, cold)) int io_budget_spent(weft__io *io)
+{
+    io->run_calls = 0;
+    return weft_yield();
+}
+
+static inline int io_fair(weft_sched_t *s)
+{
+    weft__io *io = s->io; /* the caller is a fiber with its I/O state */
+    if (io->run_fiber != s->current || io->run_iter != s->r.iterations) {
+        io->run_fiber = s->current;
+        io->run_iter = s->r.iterations;
+        io->run_calls = 0;
+        return 0;
+    }
+    if (WEFT_LIKELY(++io->run_calls < WEFT__IO_BUDGET))
+        return 0;
+    return io_budget_spent(io);
 }
 
 int weft__io_wait(int fd, uint32_t events, int64_t deadline)
@@ -230,6 +260,56 @@ int weft__fd_above_std(int fd)
     return hi;
 }
 
+/* A terminal that reopens as itself: not a pseudo-terminal master, which
+ * /proc/self/fd reopens as /dev/ptmx, a new master. */
+static bool reopens_as_itself(int fd, const struct stat *sb)
+{
+    if (S_ISFIFO(sb->st_mode))
+        return true; /* a pipe or a FIFO: the same pipe */
+    unsigned pty;
+    return S_ISCHR(sb->st_mode) && isatty(fd) && ioctl(fd, TIOCGPTN, &pty) < 0;
+}
+
+int weft__fd_reopen(int fd, int fl, const struct stat *sb)
+{
+    if (!reopens_as_itself(fd, sb))
+        return -1;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    /* O_NONBLOCK for the open itself too: a FIFO opened for reading would
+     * wait for a writer. */
+    int nfd = open(path, (fl & (O_ACCMODE | O_APPEND)) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (nfd < 0)
+        return -1;
+    struct stat nb;
+    if (fstat(nfd, &nb) < 0 || nb.st_ino != sb->st_ino || nb.st_dev != sb->st_dev ||
+        nb.st_rdev != sb->st_rdev) {
+        close(nfd);
+        return -1;
+    }
+    return nfd;
+}
+
+/* Standard descriptor @fd (flags @fl) gets an open file description of
+ * its own, non-blocking, in place (weft__fd_reopen, then dup3 over it):
+ * the description it shared with the other standard descriptors, the
+ * shell and the terminal stays blocking, so that printf to a terminal
+ * whose stdin weft reads still waits where it would have. 0, or -1 where
+ * that cannot be done (a socket, no /proc, a FIFO without reader...). */
+static int std_own(int fd, int fl)
+{
+    struct stat sb;
+    int fdfl = fcntl(fd, F_GETFD);
+    if (fdfl < 0 || fstat(fd, &sb) < 0)
+        return -1;
+    int nfd = weft__fd_reopen(fd, fl, &sb);
+    if (nfd < 0)
+        return -1;
+    int rc = dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) == fd ? 0 : -1;
+    close(nfd);
+    return rc;
+}
+
 int weft__ensure_nonblock(int fd)
 {
     weft__fdstate *st = weft__fd(&weft__sched_tls()->r, fd);
@@ -238,7 +318,9 @@ int weft__ensure_nonblock(int fd)
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return -errno;
-    if (!(fl & O_NONBLOCK)) {
+    if (!(fl & O_NONBLOCK) && fd <= 2 && std_own(fd, fl) == 0) {
+        /* a description of its own, opened non-blocking */
+    } else if (!(fl & O_NONBLOCK)) {
         if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
             return -errno;
         if (fd <= 2)
@@ -503,6 +585,9 @@ do_read(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
         return kind;
     if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
+    int frc = io_fair(s);
+    if (WEFT_UNLIKELY(frc < 0))
+        return frc;
     if (kind == WEFT__FD_SOCKET)
         return sock_read(s, fd, iov, cnt, flags, deadline);
     for (;;) {
@@ -546,6 +631,9 @@ do_write(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
     }
     if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_WRITABLE, deadline);
+    int frc = io_fair(s);
+    if (WEFT_UNLIKELY(frc < 0))
+        return frc;
     for (;;) {
         ssize_t n = kind == WEFT__FD_SOCKET ? sock_send(fd, iov, cnt, flags)
                   : kind == WEFT__FD_FILE   ? writev(fd, iov, cnt)

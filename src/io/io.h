@@ -52,6 +52,13 @@ typedef struct weft__io {
                                            deadline; WEFT_FOREVER: none   */
     void (*wb_fini)(struct weft__io *io); /* set by wb.c with its first
                                              buffer; called at teardown  */
+    /* System-call reads and writes one fiber made in a row within one
+     * turn of the loop (io.c, io_fair): past a budget it yields, so that
+     * I/O that never has to wait does not keep the other fibers and the
+     * timers from running. */
+    const void *run_fiber;
+    uint64_t run_iter;
+    uint32_t run_calls;
 } weft__io;
 
 /* Make @s's I/O state (sock.c), on first use; NULL = ENOMEM. */
@@ -131,6 +138,14 @@ int weft__ensure_nonblock(int fd);
  * the number of a closed stdin, stdout or stderr. -1 with errno set if
  * the copy fails. */
 int weft__fd_above_std(int fd);
+/* A new open file description of the file @fd is open on (flags @fl,
+ * fstat @sb), through /proc/self/fd: for a pipe, a FIFO or a terminal
+ * that reopens as itself (not a pseudo-terminal master). Opened with
+ * @fl's access mode and O_APPEND, O_NONBLOCK and close-on-exec, at any
+ * number; -1 where that cannot be done (another kind of file, no /proc,
+ * a FIFO without reader, a different file there now). */
+struct stat;
+int weft__fd_reopen(int fd, int fl, const struct stat *sb);
 /* The kind of @fd (weft__fd_kind), with a non-socket made O_NONBLOCK
  * unless it is a regular file; -errno. */
 int weft__io_kind_slow(int fd);

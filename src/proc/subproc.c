@@ -28,7 +28,6 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -102,16 +101,6 @@ static int check_opts(const weft_proc_opts_t *o)
     return 0;
 }
 
-/* A terminal that reopens as itself: not a pseudo-terminal master, which
- * /proc/self/fd reopens as /dev/ptmx, a new master. */
-static bool reopens_as_itself(int fd, const struct stat *sb)
-{
-    if (S_ISFIFO(sb->st_mode))
-        return true; /* a pipe or a FIFO: the same pipe */
-    unsigned pty;
-    return S_ISCHR(sb->st_mode) && isatty(fd) && ioctl(fd, TIOCGPTN, &pty) < 0;
-}
-
 /*
  * The child's standard descriptors must block, as every program expects
  * of its stdin, stdout and stderr: a non-blocking one makes it fail with
@@ -143,20 +132,11 @@ static int blocking_for_child(fds *f, int i, int fd)
             f->made_blocking[i] = fd;
         return -1;
     }
-    if (!reopens_as_itself(fd, &sb))
-        return -1;
-    char path[32];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    /* O_NONBLOCK for the open itself: a FIFO opened for reading would
-     * wait for a writer. */
-    int nfd = open(path, (fl & O_ACCMODE) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int nfd = weft__fd_reopen(fd, fl, &sb);
     if (nfd < 0)
         return -1;
-    struct stat nb;
     nfd = weft__fd_above_std(nfd);
-    if (nfd >= 0 && (fstat(nfd, &nb) < 0 || nb.st_ino != sb.st_ino ||
-                     nb.st_dev != sb.st_dev || nb.st_rdev != sb.st_rdev ||
-                     fcntl(nfd, F_SETFL, fl & ~O_NONBLOCK) < 0)) {
+    if (nfd >= 0 && fcntl(nfd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
         close(nfd);
         nfd = -1;
     }
