@@ -109,6 +109,8 @@ static VALUE entry_done(VALUE p)
         st_data_t key = (st_data_t)rb_fiber_current();
         if (st_delete(s->own, &key, NULL))
             s->st.finished++;
+        if (s->chain == (VALUE)key)
+            s->chain = Qnil;
     }
     return Qnil;
 }
@@ -141,6 +143,7 @@ struct start_arg {
     const VALUE *argv;
     VALUE saved;
     bool saved_chained;
+    VALUE saved_chain;
 };
 
 /* A fiber suspended in Fiber.schedule's resume is not waiting in a hook,
@@ -156,6 +159,7 @@ static VALUE start_body(VALUE p)
     unsigned stops = s->stops;
     s->entered = a->fiber;
     s->entered_chained = true;
+    s->chain = a->fiber;
     weft__rb_on_cpu(s, a->fiber);
     rb_fiber_resume(a->fiber, a->argc, a->argv); /* the block, then its arguments */
     weft__rb_on_cpu(s, rb_fiber_current());
@@ -176,6 +180,7 @@ static VALUE start_restore(VALUE p)
     struct start_arg *a = (struct start_arg *)p;
     a->s->entered = a->saved;
     a->s->entered_chained = a->saved_chained;
+    a->s->chain = a->saved_chain;
     return Qnil;
 }
 
@@ -199,7 +204,7 @@ static VALUE start_fiber(VALUE self, int argc, VALUE *argv, bool quiet)
     av[0] = proc;
     if (argc)
         MEMCPY(av + 1, argv, VALUE, argc);
-    struct start_arg a = {s, fiber, argc + 1, av, s->entered, s->entered_chained};
+    struct start_arg a = {s, fiber, argc + 1, av, s->entered, s->entered_chained, s->chain};
     rb_ensure(start_body, (VALUE)&a, start_restore, (VALUE)&a);
     ALLOCV_END(tmp);
     return fiber;

@@ -52,8 +52,19 @@ static void intr_queue(rsched *s, VALUE fiber, VALUE exc)
 static void intr_kick(rsched *s, VALUE fiber)
 {
     rwait *rw = weft__rb_waiting_of(s, fiber);
-    if (rw && rw->w.active && !rw->w.nocancel)
-        weft__wait_complete(&rw->w, -ECANCELED);
+    if (rw) {
+        if (rw->w.active && !rw->w.nocancel)
+            weft__wait_complete(&rw->w, -ECANCELED);
+        return;
+    }
+    /* Not waiting: it may be inside its resume of a fiber the scheduler
+     * did not start (Enumerator#next), which waits on its behalf. On a
+     * thread the interrupt is raised in the fiber the thread runs. */
+    for (weft__node *a = s->all.head; a; a = a->next) {
+        rwait *w = RW_OF(a, anode);
+        if (w->behalf == fiber && w->w.active && !w->w.nocancel)
+            weft__wait_complete(&w->w, -ECANCELED);
+    }
 }
 
 /* Timer callback: may run without the GVL. */

@@ -79,10 +79,15 @@ static void rw_init(rsched *s, rwait *rw, int what)
     rw->s = s;
     rw->what = (uint8_t)what;
     rw->kind = kind_of[what];
-    rw->obj = Qnil;
+    rw->obj = rw->behalf = Qnil;
     rw->since = s->now;
     s->st.begun[what]++;
     rw->fiber = rb_fiber_current();
+    /* A fiber the scheduler did not start, waiting inside a scheduled
+     * fiber's resume of it (Enumerator#next): on whose behalf. */
+    if (!NIL_P(s->chain) && s->chain != rw->fiber &&
+        !st_is_member(s->own, (st_data_t)rw->fiber))
+        rw->behalf = s->chain;
     rw->epoch = s->epoch;
     weft__wait_init(&rw->w, &s->r, rw_wake, rw);
     weft__list_push_front(&s->all, &rw->anode);
@@ -394,8 +399,18 @@ static void wait_inline(rsched *s, rwait *rw)
     }
 }
 
-/* Switch away until @rw completes and the scheduler switches back to us. */
+static void wait_for(rsched *s, rwait *rw);
+
+/* Switch away until @rw completes and the scheduler switches back to us.
+ * Meanwhile no chain runs on this fiber's account (rsched.chain). */
 void weft__rb_wait_for(rsched *s, rwait *rw)
+{
+    s->chain = Qnil;
+    wait_for(s, rw);
+    s->chain = NIL_P(rw->behalf) ? rw->fiber : rw->behalf;
+}
+
+static void wait_for(rsched *s, rwait *rw)
 {
     VALUE self = rw->fiber;
     /* Inside #exclusive only a wait that another fiber must end (block:
@@ -484,13 +499,21 @@ static VALUE wait_ensure(VALUE p)
  * even if it already completed (sleep 0, Fiber.schedule from a fiber). */
 int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield)
 {
+    /* An interrupt of the fiber this one waits for (a timeout that fired
+     * while this fiber ran) ends the wait at once. */
+    if (!NIL_P(rw->behalf) && rw->w.active && !rw->w.nocancel &&
+        !weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, rw->behalf))
+        weft__wait_complete(&rw->w, -ECANCELED);
     if (!rw->w.active && !yield) {
         weft__rb_rw_end(rw);
     } else {
         rb_ensure(weft__rb_wait_body, (VALUE)rw, wait_ensure, (VALUE)rw);
     }
-    if (!weft__list_empty(&s->intrs))
+    if (!weft__list_empty(&s->intrs)) {
         weft__rb_deliver_interrupts(s, rw->fiber);
+        if (!NIL_P(rw->behalf))
+            weft__rb_deliver_interrupts(s, rw->behalf);
+    }
     return rw->w.result;
 }
 

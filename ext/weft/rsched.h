@@ -110,6 +110,12 @@ typedef struct rwait {
                          * #run of the scheduler's thread end it           */
     int aux;            /* WAIT_RING: the op (WEFT__OP_*)                   */
     int xfd;            /* WAIT_RING, WAIT_FILE: the descriptor             */
+    VALUE behalf;       /* a fiber the scheduler did not start (an
+                         * Enumerator's) that waits inside the resume of
+                         * this scheduled fiber: the interrupts (timeouts)
+                         * of that fiber end the wait and are raised in
+                         * it, as Thread#raise raises in the fiber a
+                         * thread runs; Qnil otherwise                     */
     VALUE obj;          /* WAIT_BLOCK: the blocker (on the waiter's stack,
                          * so it stays put while the fiber waits)         */
     int64_t since;      /* rsched.now when begun (the loop's clock)         */
@@ -194,6 +200,12 @@ struct rsched {
      * switched into by someone else (Fiber#resume, Fiber#raise). */
     VALUE entered;
     bool entered_chained;
+    /* The fiber this scheduler started whose resume chain runs now (a
+     * scheduled fiber, or one that it resumed, an Enumerator's): set when
+     * a scheduled fiber starts or a wait ends, Qnil while a fiber is away
+     * in a wait. A wait of a fiber the scheduler did not start records it
+     * (rwait.behalf). */
+    VALUE chain;
     /* Fibers that died with an exception: the first one is raised by
      * #run / #close once every fiber has ended (then forgotten); `fatal`
      * (SystemExit, a signal) stops every fiber first. */

@@ -55,6 +55,7 @@ static void s_mark(void *p)
     /* Compared with the current fiber: kept alive so that no new fiber can
      * take a dead one's address while these still hold it. */
     rb_gc_mark_movable(s->entered);
+    rb_gc_mark_movable(s->chain);
     rb_gc_mark_movable(s->lw_fiber);
     rb_gc_mark_movable(s->oncpu);
     /* The fibers this scheduler started, and their blocks (#dump lists
@@ -83,6 +84,7 @@ static void s_compact(void *p)
     s->first_error = rb_gc_location(s->first_error);
     s->fatal = rb_gc_location(s->fatal);
     s->entered = rb_gc_location(s->entered);
+    s->chain = rb_gc_location(s->chain);
     s->lw_fiber = rb_gc_location(s->lw_fiber);
     s->oncpu = rb_gc_location(s->oncpu);
     s->self = rb_gc_location(s->self);
@@ -145,6 +147,7 @@ static VALUE s_alloc(VALUE klass)
     s->thread = Qnil;
     s->loop_fiber = Qnil;
     s->entered = Qnil;
+    s->chain = Qnil;
     s->first_error = Qnil;
     s->fatal = Qnil;
     s->lw_fiber = Qnil;
@@ -215,7 +218,7 @@ void weft__rb_fork_reset(rsched *s)
         s->fdi[i].w_owner = Qnil;
         s->fdi[i].w_waiters = (weft__list){NULL, NULL};
     }
-    s->entered = s->lw_fiber = Qnil;
+    s->entered = s->chain = s->lw_fiber = Qnil;
     pthread_mutex_init(&s->lock, NULL);
     /* Abandon closes our copies of the ring/epoll set/eventfd without
      * touching the parent's; the parent's in-flight state is not walked. */

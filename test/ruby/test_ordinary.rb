@@ -1112,4 +1112,40 @@ class TestOrdinary < Minitest::Test
     a.close
     assert_equal fiber, reader.value
   end
+
+  # 29. Timeout.timeout around Enumerator#next whose block waits (for a
+  # pipe, a queue, a sleep): Timeout::Error, as on a thread, where the
+  # timeout is raised in the enumerator's fiber (the one the thread runs)
+  # and leaves through #next. The scheduler kept the timeout for the
+  # fiber that called #next, which was not waiting: the block waited on
+  # (forever, for the pipe). Ruby 3.1's enumerator fibers are blocking:
+  # their waits hold the thread, no hook is called.
+  def test_a_timeout_around_enumerator_next_as_on_threads
+    skip "Ruby 3.1's enumerator fibers are blocking" if RUBY_VERSION < "3.2"
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      r, w = IO.pipe
+      queue = Thread::Queue.new
+      blocks = {
+        pipe: -> { r.each_line },
+        queue: -> { Enumerator.new { |y| y << queue.pop } },
+        sleep: -> { Enumerator.new { |y| sleep; y << 1 } },
+      }
+      workers = blocks.map do |name, enum|
+        spawn.call do
+          e = enum.call
+          got << [name, Timeout.timeout(0.01) { e.next }]
+        rescue Timeout::Error => e
+          got << [name, e.class]
+        end
+      end
+      finish.call(workers)
+      [r, w].each(&:close)
+      Array.new(blocks.size) { got.pop }.sort
+    end
+    threads = on_threads(program)
+    fibers = on_fibers_within(20, "a timeout did not end Enumerator#next", program)
+    assert_equal [[:pipe, Timeout::Error], [:queue, Timeout::Error], [:sleep, Timeout::Error]], threads
+    assert_equal threads, fibers
+  end
 end
