@@ -76,3 +76,76 @@ ssize_t weft__rb_file_offload(rsched *s, VALUE buffer, struct fileop *f)
     return f->res < 0 ? -f->err : f->res;
 }
 
+
+/* ---- fsync and fdatasync off the loop --------------------------------
+ *
+ * IO#fsync and #fdatasync call no hook: the kernel's write-back of a
+ * large file (tens of milliseconds, seconds on a slow disk) held the
+ * loop and every other fiber, where a thread lets the others run.
+ * lib/weft/scheduler.rb flushes the File's buffer in the fiber (through
+ * the hooks) and calls _fsync, which runs the call on the offload pool
+ * while the fiber waits. Not cancellable either: interrupts are
+ * delivered once the call is done. */
+
+struct syncop {
+    weft__rjob job;
+    int fd;
+    bool data;          /* fdatasync, falling back to fsync as Ruby does    */
+    int res, err;
+};
+
+static void syncop_run(void *p)
+{
+    struct syncop *o = p;
+    int r;
+    do {
+        r = o->data ? fdatasync(o->fd) : fsync(o->fd);
+        if (r < 0 && o->data && errno != EINTR)
+            r = fsync(o->fd);
+    } while (r < 0 && errno == EINTR);
+    o->res = r;
+    o->err = r < 0 ? errno : 0;
+}
+
+/* _fsync(io, data_only) -> 0; the Errno of fsync(2) (fdatasync(2)), as
+ * IO#fsync raises it. */
+static VALUE s_fsync(VALUE self, VALUE io, VALUE data_only)
+{
+    rsched *s = weft__rb_get_sched(self);
+    VALUE wio = rb_io_get_write_io(rb_io_get_io(io));
+    struct syncop o = {.fd = weft__rb_io_fd(wio), .data = RTEST(data_only)};
+    rwait rw;
+    weft__rb_rw_begin(s, &rw, WAIT_FILE);
+    rw.xfd = o.fd;
+    rw.aux = OP_WRITE;
+    rw.w.nocancel = true;
+    int state = 0;
+    if (weft__rjob_submit(&o.job, &s->r, &rw.w, syncop_run, &o) < 0) {
+        weft__wait_complete(&rw.w, 0);
+        syncop_run(&o); /* no worker: do it here */
+        o.job.done = true;
+    } else {
+        rb_protect(weft__rb_wait_body, (VALUE)&rw, &state);
+    }
+    weft__rb_rw_end(&rw);
+    /* Unwinding: the worker still holds @o, on this stack. */
+    while (!o.job.done && rw.epoch == s->epoch)
+        (void)weft__reactor_run_once(&s->r, true);
+    if (state)
+        rb_jump_tag(state);
+    if (o.res < 0) {
+#ifdef HAVE_RB_IO_PATH
+        rb_syserr_fail_str(o.err, rb_io_path(wio));
+#else
+        rb_io_t *fptr;
+        GetOpenFile(wio, fptr);
+        rb_syserr_fail_str(o.err, fptr->pathv);
+#endif
+    }
+    return INT2FIX(0);
+}
+
+void weft__rb_init_fileop(VALUE klass)
+{
+    rb_define_method(klass, "_fsync", s_fsync, 2);
+}

@@ -401,6 +401,7 @@ void weft__rb_init_writer(VALUE klass);
 void weft__rb_init_transfer(VALUE klass);
 void weft__rb_init_select(VALUE klass);
 void weft__rb_init_fiber(VALUE klass);
+void weft__rb_init_fileop(VALUE klass);
 void weft__http_init(void); /* http.c: Weft::HTTP, for Weft::Server */
 
 #endif

@@ -467,6 +467,7 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     weft__rb_init_transfer(cScheduler);
     weft__rb_init_select(cScheduler);
     weft__rb_init_fiber(cScheduler);
+    weft__rb_init_fileop(cScheduler);
     weft__rb_init_dump(cScheduler);
     weft__http_init();
 }

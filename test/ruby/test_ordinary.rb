@@ -1148,4 +1148,40 @@ class TestOrdinary < Minitest::Test
     assert_equal [[:pipe, Timeout::Error], [:queue, Timeout::Error], [:sleep, Timeout::Error]], threads
     assert_equal threads, fibers
   end
+
+  # 30. File#fsync and #fdatasync from several fibers writing their own
+  # files: 0 and every byte on disk, as on threads, and each call waited
+  # as a file operation on the offload pool (stats[:waits_begun][:file_op]),
+  # the others running meanwhile. They call no hook: the kernel's
+  # write-back held the loop and every other fiber while it lasted.
+  def test_fsync_from_many_fibers_as_on_threads
+    Dir.mktmpdir("weft-fsync") do |dir|
+      program = lambda do |spawn, finish|
+        got = Thread::Queue.new
+        workers = Array.new(4) do |i|
+          spawn.call do
+            path = File.join(dir, "f#{i}")
+            synced = File.open(path, "w") do |f|
+              Array.new(3) { |j| f.write("#{i} #{j}\n" * 1000); [f.fsync, f.fdatasync] }
+            end
+            got << [i, synced.flatten.uniq, File.read(path).lines.size]
+          end
+        end
+        finish.call(workers)
+        Array.new(4) { got.pop }.sort
+      end
+      threads = on_threads(program)
+      file_ops = nil
+      fibers = nil
+      Weft.run do |s|
+        before = s.stats[:waits_begun][:file_op]
+        Fiber.schedule { fibers = program.call(->(&b) { Fiber.schedule(&b) }, ->(fs) { sleep 0.001 until fs.none?(&:alive?) }) }
+        sleep 0.001 until fibers
+        file_ops = s.stats[:waits_begun][:file_op] - before
+      end
+      assert_equal Array.new(4) { |i| [i, [0], 3000] }, threads
+      assert_equal threads, fibers
+      assert_operator file_ops, :>=, 4 * 3 * 2, "every fsync and fdatasync waited off the loop"
+    end
+  end
 end
