@@ -178,7 +178,15 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
         int rc = weft__wait_arm_deadline(&rw.w, deadline);
         if (rc < 0)
             weft__wait_complete(&rw.w, rc);
+        /* Waiting inside a scheduled fiber's resume (Enumerator#next):
+         * that fiber's interrupts end this wait and are raised here. */
+        bool behalf = !NIL_P(rw.behalf);
+        if (behalf && rw.w.active && !weft__list_empty(&s->intrs) &&
+            weft__rb_intr_pending(s, rw.behalf))
+            weft__wait_complete(&rw.w, -ECANCELED);
         rb_ensure(sel_wait_body, (VALUE)&a, sel_wait_ensure, (VALUE)&a);
+        if (behalf && !weft__list_empty(&s->intrs))
+            weft__rb_deliver_interrupts(s, rw.behalf);
         rc = rw.w.result;
         if (rc < 0 && rc != -ETIMEDOUT && rc != -EAGAIN && rc != -ECANCELED && rc != -EBADF)
             rb_syserr_fail(-rc, "select");

@@ -1114,7 +1114,7 @@ class TestOrdinary < Minitest::Test
   end
 
   # 29. Timeout.timeout around Enumerator#next whose block waits (for a
-  # pipe, a queue, a sleep): Timeout::Error, as on a thread, where the
+  # pipe, a queue, a sleep, IO.select): Timeout::Error, as on a thread, where the
   # timeout is raised in the enumerator's fiber (the one the thread runs)
   # and leaves through #next. The scheduler kept the timeout for the
   # fiber that called #next, which was not waiting: the block waited on
@@ -1130,6 +1130,7 @@ class TestOrdinary < Minitest::Test
         pipe: -> { r.each_line },
         queue: -> { Enumerator.new { |y| y << queue.pop } },
         sleep: -> { Enumerator.new { |y| sleep; y << 1 } },
+        select: -> { Enumerator.new { |y| y << IO.select([r]) } },
       }
       workers = blocks.map do |name, enum|
         spawn.call do
@@ -1145,7 +1146,8 @@ class TestOrdinary < Minitest::Test
     end
     threads = on_threads(program)
     fibers = on_fibers_within(20, "a timeout did not end Enumerator#next", program)
-    assert_equal [[:pipe, Timeout::Error], [:queue, Timeout::Error], [:sleep, Timeout::Error]], threads
+    assert_equal [[:pipe, Timeout::Error], [:queue, Timeout::Error], [:select, Timeout::Error],
+                  [:sleep, Timeout::Error]], threads
     assert_equal threads, fibers
   end
 
