@@ -1009,13 +1009,18 @@ class TestOrdinary < Minitest::Test
       write: ->(ios) { loop { ios[:w].write("x" * 65_536) } },
       wait_readable: ->(ios) { ios[:r3].wait_readable(30) },
     }
+    # The other ends are kept (in peers) until the end: dropped, the GC
+    # may close one first, and a read blocked on its pipe then ends at end
+    # of file instead (gets returned nil on a thread, now and then).
+    peers = []
     make_ios = lambda do
-      r, = IO.pipe
-      r2, = IO.pipe
-      r3, = IO.pipe
-      a, = UNIXSocket.pair
-      _, w = IO.pipe
+      r, r_w = IO.pipe
+      r2, r2_w = IO.pipe
+      r3, r3_w = IO.pipe
+      a, b = UNIXSocket.pair
+      w_r, w = IO.pipe
       w.sync = true
+      peers.push(r_w, r2_w, r3_w, b, w_r)
       { r: r, r2: r2, r3: r3, a: a, w: w }
     end
     outcome = lambda do |wait, ios|
@@ -1040,6 +1045,8 @@ class TestOrdinary < Minitest::Test
     end
     assert_equal ["stream closed in another thread"], threads.values.uniq, threads.inspect
     assert_equal ["stream closed in another thread"], fibers.values.uniq, fibers.inspect
+  ensure
+    peers&.each(&:close)
   end
 
   # 27. Thread#wakeup and Thread#run end a sleep without a duration,
