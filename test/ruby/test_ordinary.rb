@@ -866,8 +866,10 @@ class TestOrdinary < Minitest::Test
     require "io/wait"
     program = lambda do |spawn, finish|
       got = Thread::Queue.new
-      r, = IO.pipe
-      a, = UNIXSocket.pair
+      # The other ends stay open (closed last): dropped, the GC may close
+      # one first, and the wait then ends readable at end of file.
+      r, r_w = IO.pipe
+      a, b = UNIXSocket.pair
       waits = {
         wait_readable: -> { r.wait_readable(30) },
         wait: -> { a.wait(30) },
@@ -882,6 +884,8 @@ class TestOrdinary < Minitest::Test
       workers << spawn.call { sleep 0.01; r.close; a.close }
       finish.call(workers)
       Array.new(waits.size) { got.pop }.sort
+    ensure
+      [r_w, b].each { |io| io&.close }
     end
     fibers = on_fibers(program)
     assert_equal [[:wait, IOError], [:wait_readable, IOError]], fibers
@@ -1105,19 +1109,24 @@ class TestOrdinary < Minitest::Test
       e.message
     end
     fiber = nil
+    peers = [] # kept open: closed by the GC, they would end the read at EOF
     Weft.run do
-      a, = UNIXSocket.pair
+      a, b = UNIXSocket.pair
+      peers << b
       Fiber.schedule { fiber = outcome.call(a) }
       a.close
     end
     assert_equal "stream closed in another thread", fiber
     return if RUBY_VERSION < "3.2"
 
-    a, = UNIXSocket.pair
+    a, b = UNIXSocket.pair
+    peers << b
     reader = Thread.new { outcome.call(a) }
     Thread.pass until reader.stop?
     a.close
     assert_equal fiber, reader.value
+  ensure
+    peers&.each(&:close)
   end
 
   # 29. Timeout.timeout around Enumerator#next whose block waits (for a
