@@ -45,37 +45,47 @@ static void fileop_run(void *p)
     f->err = n < 0 ? errno : 0;
 }
 
+/* Run @fn(@arg), whose job is @job, on the offload pool while the fiber
+ * waits (a file op @op on @fd, for the stats and dumps); where no worker
+ * takes it, here. Not cancellable: the worker owns @arg until it is done.
+ * Returns rb_protect's state for an unwinding (Thread#raise, kill),
+ * which the caller resumes once it has cleaned up; 0 otherwise. */
+static int offload_wait(rsched *s, weft__rjob *job, void (*fn)(void *), void *arg,
+                        int fd, int op)
+{
+    rwait rw;
+    weft__rb_rw_begin(s, &rw, WAIT_FILE);
+    rw.xfd = fd;
+    rw.aux = op;
+    rw.w.nocancel = true;
+    int state = 0;
+    if (weft__rjob_submit(job, &s->r, &rw.w, fn, arg) < 0) {
+        weft__wait_complete(&rw.w, 0);
+        fn(arg); /* no worker: do it here */
+        job->done = true;
+    } else {
+        rb_protect(weft__rb_wait_body, (VALUE)&rw, &state);
+    }
+    weft__rb_rw_end(&rw);
+    /* Unwinding: the worker still uses @arg; wait for it here, without
+     * switching fibers. */
+    while (!job->done && rw.epoch == s->epoch)
+        (void)weft__reactor_run_once(&s->r, true);
+    return state;
+}
+
 /* Run @f on the offload pool while the fiber waits; the byte count or
  * -errno. @buffer is locked meanwhile. */
 ssize_t weft__rb_file_offload(rsched *s, VALUE buffer, struct fileop *f)
 {
     bool locked = weft__rb_lock_buffer(buffer);
-    rwait rw;
-    weft__rb_rw_begin(s, &rw, WAIT_FILE);
-    rw.xfd = f->fd;
-    rw.aux = f->op;
-    rw.w.nocancel = true;
-    int rc = weft__rjob_submit(&f->job, &s->r, &rw.w, fileop_run, f);
-    int state = 0;
-    if (rc < 0) {
-        weft__wait_complete(&rw.w, 0);
-        fileop_run(f); /* no worker: do it here */
-        f->job.done = true;
-    } else {
-        rb_protect(weft__rb_wait_body, (VALUE)&rw, &state);
-    }
-    weft__rb_rw_end(&rw);
-    /* Unwinding (Thread#raise, kill): the worker still writes into the
-     * buffer; wait for it here, without switching fibers. */
-    while (!f->job.done && rw.epoch == s->epoch)
-        (void)weft__reactor_run_once(&s->r, true);
+    int state = offload_wait(s, &f->job, fileop_run, f, f->fd, f->op);
     if (locked)
         (void)rb_io_buffer_try_unlock(buffer);
     if (state)
         rb_jump_tag(state);
     return f->res < 0 ? -f->err : f->res;
 }
-
 
 /* ---- fsync and fdatasync off the loop --------------------------------
  *
@@ -114,23 +124,7 @@ static VALUE s_fsync(VALUE self, VALUE io, VALUE data_only)
     rsched *s = weft__rb_get_sched(self);
     VALUE wio = rb_io_get_write_io(rb_io_get_io(io));
     struct syncop o = {.fd = weft__rb_io_fd(wio), .data = RTEST(data_only)};
-    rwait rw;
-    weft__rb_rw_begin(s, &rw, WAIT_FILE);
-    rw.xfd = o.fd;
-    rw.aux = OP_WRITE;
-    rw.w.nocancel = true;
-    int state = 0;
-    if (weft__rjob_submit(&o.job, &s->r, &rw.w, syncop_run, &o) < 0) {
-        weft__wait_complete(&rw.w, 0);
-        syncop_run(&o); /* no worker: do it here */
-        o.job.done = true;
-    } else {
-        rb_protect(weft__rb_wait_body, (VALUE)&rw, &state);
-    }
-    weft__rb_rw_end(&rw);
-    /* Unwinding: the worker still holds @o, on this stack. */
-    while (!o.job.done && rw.epoch == s->epoch)
-        (void)weft__reactor_run_once(&s->r, true);
+    int state = offload_wait(s, &o.job, syncop_run, &o, o.fd, OP_WRITE);
     if (state)
         rb_jump_tag(state);
     if (o.res < 0) {

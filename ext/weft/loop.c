@@ -497,13 +497,16 @@ static VALUE wait_ensure(VALUE p)
 
 /* Block in @rw (begun and armed); returns its result. @yield: switch away
  * even if it already completed (sleep 0, Fiber.schedule from a fiber). */
-int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield)
+void weft__rb_behalf_check(rsched *s, rwait *rw)
 {
-    /* An interrupt of the fiber this one waits for (a timeout that fired
-     * while this fiber ran) ends the wait at once. */
     if (!NIL_P(rw->behalf) && rw->w.active && !rw->w.nocancel &&
         !weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, rw->behalf))
         weft__wait_complete(&rw->w, -ECANCELED);
+}
+
+int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield)
+{
+    weft__rb_behalf_check(s, rw);
     if (!rw->w.active && !yield) {
         weft__rb_rw_end(rw);
     } else {

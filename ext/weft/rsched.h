@@ -318,6 +318,10 @@ void weft__rb_run_loop(rsched *s, rwait *until, VALUE until_fiber);
 void weft__rb_wait_for(rsched *s, rwait *rw);
 VALUE weft__rb_wait_body(VALUE rw);
 int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield);
+/* Before blocking in @rw: a wait made on behalf of a scheduled fiber
+ * (rwait.behalf) whose interrupt is pending (a timeout that fired while
+ * this fiber ran) ends at once, with -ECANCELED. */
+void weft__rb_behalf_check(rsched *s, rwait *rw);
 
 /* intr.c */
 void weft__rb_deliver_interrupts(rsched *s, VALUE fiber);

@@ -180,12 +180,9 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
             weft__wait_complete(&rw.w, rc);
         /* Waiting inside a scheduled fiber's resume (Enumerator#next):
          * that fiber's interrupts end this wait and are raised here. */
-        bool behalf = !NIL_P(rw.behalf);
-        if (behalf && rw.w.active && !weft__list_empty(&s->intrs) &&
-            weft__rb_intr_pending(s, rw.behalf))
-            weft__wait_complete(&rw.w, -ECANCELED);
+        weft__rb_behalf_check(s, &rw);
         rb_ensure(sel_wait_body, (VALUE)&a, sel_wait_ensure, (VALUE)&a);
-        if (behalf && !weft__list_empty(&s->intrs))
+        if (!NIL_P(rw.behalf) && !weft__list_empty(&s->intrs))
             weft__rb_deliver_interrupts(s, rw.behalf);
         rc = rw.w.result;
         if (rc < 0 && rc != -ETIMEDOUT && rc != -EAGAIN && rc != -ECANCELED && rc != -EBADF)

@@ -572,19 +572,23 @@ module Weft
   # waits (Scheduler#_fsync).
   module FsyncOffLoop
     def fsync
-      scheduler = Fiber.scheduler
-      return super if Fiber.blocking? || !scheduler.is_a?(Weft::Scheduler)
-
-      flush
-      scheduler._fsync(self, false)
+      __weft_sync(false) { super }
     end
 
     def fdatasync
+      __weft_sync(true) { super }
+    end
+
+    private
+
+    # The call off the loop, or the block (Ruby's own) where there is no
+    # Weft scheduler or the fiber is blocking.
+    def __weft_sync(data_only)
       scheduler = Fiber.scheduler
-      return super if Fiber.blocking? || !scheduler.is_a?(Weft::Scheduler)
+      return yield if Fiber.blocking? || !scheduler.is_a?(Weft::Scheduler)
 
       flush
-      scheduler._fsync(self, true)
+      scheduler._fsync(self, data_only)
     end
   end
   private_constant :FsyncOffLoop

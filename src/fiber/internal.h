@@ -364,15 +364,15 @@ static inline void weft__fiber_kept_sync(weft__fiber *f)
 {
     f->kept_at = f->keeper.idx != WEFT__TIMER_IDLE ? f->keeper.deadline : 0;
 }
+/* weft__fiber_keep when the keeper is idle or armed later than
+ * @deadline (sched.c): out of line, so that the kept case, every read
+ * of a keep-alive connection but the first, costs no call. */
+int weft__fiber_keep_arm(weft__fiber *f, weft__wait *w, int64_t deadline);
 /* Give @w, a wait of the current fiber @f, its @deadline through @f's
  * keeper (weft__wait_keep): when the keeper is armed at or before it
  * (kept_at says so, from the record's hot line), the wait only records
  * it. A deadline of 0 or less ("try once", or already due at the epoch)
  * takes a timer of its own, so that kept_at 0 can mean "idle". */
-/* weft__fiber_keep when the keeper is idle or armed later than
- * @deadline (sched.c): out of line, so that the kept case, every read
- * of a keep-alive connection but the first, costs no call. */
-int weft__fiber_keep_arm(weft__fiber *f, weft__wait *w, int64_t deadline);
 static inline __attribute__((always_inline)) int
 weft__fiber_keep(weft__fiber *f, weft__wait *w, int64_t deadline)
 {

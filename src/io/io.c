@@ -318,9 +318,10 @@ int weft__ensure_nonblock(int fd)
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return -errno;
-    if (!(fl & O_NONBLOCK) && fd <= 2 && std_own(fd, fl) == 0) {
-        /* a description of its own, opened non-blocking */
-    } else if (!(fl & O_NONBLOCK)) {
+    /* A standard descriptor takes a description of its own, opened
+     * non-blocking, where it can (std_own); else the flag is set on the
+     * one it has, and a standard one is noted for the exit. */
+    if (!(fl & O_NONBLOCK) && (fd > 2 || std_own(fd, fl) < 0)) {
         if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
             return -errno;
         if (fd <= 2)

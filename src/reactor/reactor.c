@@ -98,7 +98,6 @@ void weft__reactor_op_counts(const weft__reactor *r, uint64_t sub[8], uint64_t d
     done[WEFT_OPK_TIMEOUT] = r->timers_armed - weft__reactor_timers(r);
 }
 
-
 void weft__wait_timer_fired(weft__timer *t)
 {
     weft__wait *w = (weft__wait *)((char *)t - offsetof(weft__wait, timer));

@@ -687,10 +687,7 @@ static inline bool weft__op_pending(const weft__wait *w) { return w->op != NULL;
 void weft__op_rearm(weft__wait *w);
 /* @why: the result the wait first ended with. */
 int weft__op_result(const weft__wait *w, int why);
-/* weft__wait_arm_op and weft__op_start for an op of one buffer
- * (WEFT__OP_READ, _WRITE at the file position, _RECV, _SEND with @flags):
- * the same, by the backend's path for those (op_buf), on a descriptor the
- * table reaches. */
+/* weft__wait_arm_buf by weft__wait_arm_op (reactor.c). */
 int weft__wait_arm_buf_general(weft__wait *w, int op, int fd, void *buf, size_t len,
                                int flags);
 /* Stats: @w is handed to the backend under @code (WEFT__OPC_*), or under
@@ -716,9 +713,12 @@ static inline void weft__wait_fd_link(weft__reactor *r, weft__wait *w, int fd,
     weft__list_push_front(&st->waits, &w->fnode);
     r->nfd_waits++;
 }
-/* Inline: every request's read and answer start here, and a call of its
- * own cost them a frame each (docs/PERFORMANCE.md). Anything but an
- * active wait on a backend with op_buf takes the general path. */
+/* weft__wait_arm_op for an op of one buffer (WEFT__OP_READ, _WRITE at the
+ * file position, _RECV, _SEND with @flags), by the backend's path for
+ * those (op_buf), on a descriptor the table reaches. Inline: every
+ * request's read and answer start here, and a call of its own cost them
+ * a frame each (docs/PERFORMANCE.md). Anything but an active wait on a
+ * backend with op_buf takes the general path. */
 static inline int weft__wait_arm_buf(weft__wait *w, int op, int fd, void *buf, size_t len,
                                      int flags)
 {
