@@ -705,7 +705,7 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
 /** @defgroup io Fiber-blocking I/O
  * The file descriptors given to these calls are used in non-blocking mode:
  * sockets through MSG_DONTWAIT, other descriptors get O_NONBLOCK set the
- * first time weft sees them. Close descriptors weft has waited on with
+ * first time weft sees them (the standard ones: see below). Close descriptors weft has waited on with
  * weft_close() (or call weft_fd_forget() before closing them yourself), so
  * that waiters are woken and the number can be reused safely: after a
  * plain close(2), weft keeps what it learnt of the old descriptor for the
@@ -716,23 +716,26 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  * weft_fd_forget() on that number right after them.
  *
  * O_NONBLOCK belongs to the open file description, which every copy of
- * the descriptor shares. A standard descriptor (0, 1 or 2) on a pipe, a
- * FIFO or a terminal first gets a description of its own, opened anew
- * through /proc/self/fd onto the same number: in a terminal, where the
- * shell opened one description for all three, weft_read(0, ...) then
- * leaves stdout and stderr blocking, so printf still waits for a full
- * terminal. Where that cannot be done (a socket, no /proc), the flag is
- * set on the shared description and stays set: stdio on the same
- * description (printf) and processes that share it without
- * weft_proc_spawn() (which gives its children their standard descriptors
- * blocking) get EAGAIN where they expect to block, and lose output when a
- * pipe or terminal is full; give such a descriptor to weft only, or to
- * stdio only. The same holds for the descriptor weft reads or writes
- * itself (weft_write(1, ...) and printf on 1). A standard descriptor that
- * weft made non-blocking is made blocking again when the process exits
- * (exit(3) or returning from main; not _exit(2), and not in a forked
- * child), so that the shell, the terminal and the next program in a
- * pipeline find it as it was.
+ * the descriptor shares, and the standard descriptors (0, 1 and 2) are
+ * also the program's stdio and are shared with the shell, the terminal
+ * and the rest of a pipeline. So weft leaves them blocking where it can,
+ * and makes each of its own calls on them non-blocking by itself: on a
+ * pipe with RWF_NOWAIT (Linux 6.4 and later), otherwise (a terminal, a
+ * FIFO) by giving the descriptor a description of its own (opened anew
+ * through /proc/self/fd onto the same number) on which O_NONBLOCK is set
+ * only for the length of each call. printf and fgets on the same descriptor, before or after
+ * weft_write(1, ...) or weft_read(0, ...), thus wait as they would
+ * without weft (another thread's printf to a full terminal during one of
+ * weft's calls on it is the one exception). Where neither can be done (a
+ * pseudo-terminal master, or no /proc where RWF_NOWAIT is not had),
+ * O_NONBLOCK is set on the shared description and stays
+ * set: stdio on it and processes that share it without weft_proc_spawn()
+ * (which gives its children their standard descriptors blocking) get
+ * EAGAIN where they expect to block, and lose output when a pipe or
+ * terminal is full. A standard descriptor that weft made non-blocking so
+ * is made blocking again when the process exits (exit(3) or returning
+ * from main; not _exit(2), and not in a forked child), so that the shell,
+ * the terminal and the next program in a pipeline find it as it was.
  *
  * Each call first tries the system call and waits only when it would
  * block. EINTR is retried. Writes never raise SIGPIPE: they return -EPIPE.

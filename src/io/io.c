@@ -199,11 +199,12 @@ static ssize_t io_op_buf(int op, int fd, void *buf, size_t len, int flags,
  * stdin, stdout and stderr share with its shell, its terminal and the
  * processes around it: left set, the next program in the same terminal or
  * pipeline, and the program's own stdio after exit, get EAGAIN where they
- * expect to block. So the standard descriptors weft makes non-blocking are
- * put back as they were when the process that did so exits (exit(3),
- * returning from main) — the same file still on that number, and not in a
- * forked child, whose exit must not change the description under its
- * parent. Nothing is done after _exit(2) or a fatal signal.
+ * expect to block. Weft leaves them blocking where it can (std_nowait);
+ * those it has to make non-blocking are put back as they were when the
+ * process that did so exits (exit(3), returning from main) — the same file
+ * still on that number, and not in a forked child, whose exit must not
+ * change the description under its parent. Nothing is done after _exit(2)
+ * or a fatal signal.
  */
 static struct {
     bool set; /* weft set O_NONBLOCK on this one */
@@ -291,11 +292,11 @@ int weft__fd_reopen(int fd, int fl, const struct stat *sb)
 }
 
 /* Standard descriptor @fd (flags @fl) gets an open file description of
- * its own, non-blocking, in place (weft__fd_reopen, then dup3 over it):
- * the description it shared with the other standard descriptors, the
- * shell and the terminal stays blocking, so that printf to a terminal
- * whose stdin weft reads still waits where it would have. 0, or -1 where
- * that cannot be done (a socket, no /proc, a FIFO without reader...). */
+ * its own, in place (weft__fd_reopen, then dup3 over it), as blocking as
+ * the one it had: the description it shared with the other standard
+ * descriptors, the shell and the terminal is never changed, and this one
+ * only for a call at a time (WEFT__NB_TOGGLE). 0, or -1 where that cannot
+ * be done (a socket, no /proc, a FIFO without reader...). */
 static int std_own(int fd, int fl)
 {
     struct stat sb;
@@ -305,9 +306,45 @@ static int std_own(int fd, int fl)
     int nfd = weft__fd_reopen(fd, fl, &sb);
     if (nfd < 0)
         return -1;
-    int rc = dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) == fd ? 0 : -1;
+    int rc = fcntl(nfd, F_SETFL, fl) == 0 &&
+             dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) == fd ? 0 : -1;
     close(nfd);
     return rc;
+}
+
+/* Standard descriptor @fd (flags @fl, blocking) as a last resort: O_NONBLOCK
+ * set on the description it has, and undone at exit. */
+static int std_set_nonblock(int fd, int fl)
+{
+    if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    std_nb_note(fd);
+    return WEFT__NB_SET;
+}
+
+/*
+ * How weft's calls on a blocking standard descriptor keep from blocking
+ * (WEFT__NB_*). The program's stdio writes and reads the same descriptor
+ * with plain blocking calls, which O_NONBLOCK left on it would turn into
+ * lost output (printf to a full pipe or a slow terminal fails with EAGAIN)
+ * and false end of input (fgets after a weft_read). So the description
+ * stays blocking: a pipe or a FIFO takes RWF_NOWAIT on each call (the
+ * kernel's per-call O_NONBLOCK: pipes have it from Linux 6.4; before, and
+ * for a named FIFO or a pipe reopened through /proc, it answers
+ * EOPNOTSUPP, and nowait_rw goes the other way), anything else (a
+ * terminal) a description of its own on which O_NONBLOCK is set only for
+ * the length of a call.
+ * Where neither can be had, O_NONBLOCK is set for good (and undone at
+ * exit).
+ */
+static int std_nowait(int fd, int fl)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode))
+        return WEFT__NB_RWF;
+    if (std_own(fd, fl) == 0)
+        return WEFT__NB_TOGGLE;
+    return std_set_nonblock(fd, fl);
 }
 
 int weft__ensure_nonblock(int fd)
@@ -318,17 +355,17 @@ int weft__ensure_nonblock(int fd)
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return -errno;
-    /* A standard descriptor takes a description of its own, opened
-     * non-blocking, where it can (std_own); else the flag is set on the
-     * one it has, and a standard one is noted for the exit. */
-    if (!(fl & O_NONBLOCK) && (fd > 2 || std_own(fd, fl) < 0)) {
-        if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-            return -errno;
+    int nb = WEFT__NB_SET;
+    if (!(fl & O_NONBLOCK)) {
         if (fd <= 2)
-            std_nb_note(fd);
+            nb = st ? std_nowait(fd, fl) : std_set_nonblock(fd, fl);
+        else if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+            nb = -errno;
     }
+    if (nb < 0)
+        return nb;
     if (st)
-        st->nonblock = 1;
+        st->nonblock = (uint8_t)nb;
     return 0;
 }
 
@@ -389,14 +426,15 @@ static inline int failed(void)
     return -e;
 }
 
-/* writev on a non-socket without letting SIGPIPE reach the process. */
-static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
+/* writev on a non-socket without letting SIGPIPE reach the process
+ * (pwritev2 at the file position with @rwf, if not 0). */
+static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt, int rwf)
 {
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    ssize_t n = writev(fd, iov, cnt);
+    ssize_t n = rwf ? pwritev2(fd, iov, cnt, -1, rwf) : writev(fd, iov, cnt);
     int e = errno;
     if (n < 0 && e == EPIPE && !sigismember(&old, SIGPIPE)) {
         /* The SIGPIPE this write raised is pending on this thread:
@@ -408,6 +446,45 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     errno = e;
     return n;
+}
+
+/* readv, or writev_nosigpipe (@wr), on a standard descriptor left
+ * blocking (@st->nonblock WEFT__NB_RWF or _TOGGLE, see std_nowait), made
+ * non-blocking for this call alone. */
+static __attribute__((noinline, cold)) ssize_t
+nowait_rw(weft__fdstate *st, int fd, const struct iovec *iov, int cnt, bool wr)
+{
+    if (st->nonblock == WEFT__NB_RWF) {
+        ssize_t n = wr ? writev_nosigpipe(fd, iov, cnt, RWF_NOWAIT)
+                       : preadv2(fd, iov, cnt, -1, RWF_NOWAIT);
+        if (n >= 0 || errno != EOPNOTSUPP)
+            return n;
+        /* No RWF_NOWAIT for this file (a kernel before 6.4, a named
+         * FIFO): a description of our own, or O_NONBLOCK for good. */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0)
+            return -1;
+        int nb = std_own(fd, fl) == 0 ? WEFT__NB_TOGGLE : std_set_nonblock(fd, fl);
+        if (nb < 0)
+            return -1; /* errno: fcntl's */
+        st->nonblock = (uint8_t)nb;
+        if (nb == WEFT__NB_SET)
+            return wr ? writev_nosigpipe(fd, iov, cnt, 0) : readv(fd, iov, cnt);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -1;
+    ssize_t n = wr ? writev_nosigpipe(fd, iov, cnt, 0) : readv(fd, iov, cnt);
+    int e = errno;
+    (void)fcntl(fd, F_SETFL, fl);
+    errno = e;
+    return n;
+}
+
+/* Whether @fd's calls are made non-blocking one at a time (nowait_rw). */
+static inline bool per_call(const weft_sched_t *s, int fd)
+{
+    return s->r.fds[fd].nonblock > WEFT__NB_SET;
 }
 
 /* ---- the retry tails shared by every read and write -------------------- */
@@ -584,7 +661,8 @@ do_read(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
     int op, kind = rw_begin(s, fd, deadline, socket_only, cnt, read_op, &op);
     if (kind < 0)
         return kind;
-    if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
+    if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op) &&
+        (kind == WEFT__FD_SOCKET || !per_call(s, fd)))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_READABLE, deadline);
     int frc = io_fair(s);
     if (WEFT_UNLIKELY(frc < 0))
@@ -592,7 +670,8 @@ do_read(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
     if (kind == WEFT__FD_SOCKET)
         return sock_read(s, fd, iov, cnt, flags, deadline);
     for (;;) {
-        ssize_t n = readv(fd, iov, cnt);
+        ssize_t n = per_call(s, fd) ? nowait_rw(&s->r.fds[fd], fd, iov, cnt, false)
+                                    : readv(fd, iov, cnt);
         if (n >= 0)
             return n;
         int rc = retry_after(fd, WEFT_READABLE, deadline, false);
@@ -630,7 +709,8 @@ do_write(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
         if (n != WEFT__WB_PASS)
             return n;
     }
-    if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op))
+    if (kind != WEFT__FD_FILE && deadline != 0 && weft__reactor_use_op(&s->r, kind, op) &&
+        (kind == WEFT__FD_SOCKET || !per_call(s, fd)))
         return rw_by_op(op, fd, iov, cnt, flags, WEFT_WRITABLE, deadline);
     int frc = io_fair(s);
     if (WEFT_UNLIKELY(frc < 0))
@@ -638,7 +718,8 @@ do_write(int fd, const struct iovec *iov, int cnt, int flags, int64_t deadline,
     for (;;) {
         ssize_t n = kind == WEFT__FD_SOCKET ? sock_send(fd, iov, cnt, flags)
                   : kind == WEFT__FD_FILE   ? writev(fd, iov, cnt)
-                                            : writev_nosigpipe(fd, iov, cnt);
+                  : per_call(s, fd)         ? nowait_rw(&s->r.fds[fd], fd, iov, cnt, true)
+                                            : writev_nosigpipe(fd, iov, cnt, 0);
         if (n >= 0)
             return n;
         int rc = retry_after(fd, WEFT_WRITABLE, deadline, false);

@@ -130,8 +130,20 @@ static inline bool weft__io_use_op(int kind, int op, int64_t deadline)
  * result, or why the wait ended if it was cancelled; *@hint (if not NULL)
  * gets what the completion said beyond it (weft__wait.op_hint). */
 ssize_t weft__io_op(const weft__opdesc *d, int64_t deadline, uint8_t *hint);
-/* @fd made non-blocking, once (the descriptor table remembers); a
- * standard descriptor is made blocking again at exit (io.c). 0 or -errno. */
+/* How this layer's system calls on a descriptor keep from blocking
+ * (weft__fdstate.nonblock). A standard descriptor is left blocking where
+ * it can be, for the program's stdio (see io.c): its calls are made
+ * non-blocking one at a time. */
+enum {
+    WEFT__NB_SET = 1,    /* O_NONBLOCK is set on the description          */
+    WEFT__NB_RWF = 2,    /* each call with RWF_NOWAIT (a pipe: tried first
+                            on a pipe or a FIFO, see nowait_rw)          */
+    WEFT__NB_TOGGLE = 3  /* O_NONBLOCK set for each call and cleared after,
+                            on a description this process alone has      */
+};
+/* @fd made non-blocking for this layer's calls, once (the descriptor
+ * table remembers how: WEFT__NB_*); a standard descriptor that had to get
+ * O_NONBLOCK itself is made blocking again at exit (io.c). 0 or -errno. */
 int weft__ensure_nonblock(int fd);
 /* @fd itself if it is above 2 (or negative), else a close-on-exec copy
  * above 2 with @fd closed: for descriptors weft holds, which must not take

@@ -261,7 +261,10 @@ typedef struct weft__fdstate {
     weft__list waits;     /* waits linked to the descriptor (weft__wait.fnode) */
     uint32_t gen;         /* bumped on close/forget/new descriptor          */
     uint8_t kind;         /* what it is (weft__fd_kind), once learnt        */
-    uint8_t nonblock;     /* O_NONBLOCK known to be set                     */
+    uint8_t nonblock;     /* how the client's calls on it keep from
+                             blocking: 0 not known yet, else a client's
+                             WEFT__NB_* (the I/O layer's, io.h; 1 is
+                             always "O_NONBLOCK is set")                   */
     uint8_t always_ready; /* regular file etc.: backend cannot wait on it   */
     uint8_t rd_edge;      /* a readable edge was reported since the client
                              last cleared it (any waiter or none)           */

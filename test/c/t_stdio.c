@@ -5,13 +5,16 @@
  * — a closed wake-up eventfd leaves offload jobs, DNS lookups and posts
  * from other threads waiting forever.
  *
- * And a standard descriptor weft makes non-blocking (O_NONBLOCK belongs to
- * the description it shares with the shell, the terminal, a pipeline) is
- * put back as it was when the program exits — not when a forked child of
- * it exits, and not one the program was given non-blocking already. */
+ * And O_NONBLOCK belongs to the description a standard descriptor shares
+ * with the shell, the terminal, a pipeline: weft's calls on a pipe leave
+ * it blocking, and one that weft has to make non-blocking (a terminal's
+ * master, which cannot be reopened as itself) is put back as it was when
+ * the program exits — not when a forked child of it exits, and not one
+ * the program was given non-blocking already. */
 #include "harness.h"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <sys/wait.h>
 
 static void *work(void *arg)
@@ -106,11 +109,14 @@ static int nonblocking(int fd)
     return (fl & O_NONBLOCK) != 0;
 }
 
+/* Whether weft's read of stdin leaves it non-blocking (read_stdin_once). */
+static int expect_nb;
+
 static void *read_stdin_once(void *arg)
 {
     char c;
     CHECK_EQ(weft_read(0, &c, 1, 0), -EAGAIN); /* nothing written yet */
-    CHECK(nonblocking(0));
+    CHECK_EQ(nonblocking(0), expect_nb);
     /* A forked child's exit leaves its parent's description alone. */
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -119,14 +125,15 @@ static void *read_stdin_once(void *arg)
     int status;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(nonblocking(0));
+    CHECK_EQ(nonblocking(0), expect_nb);
     return arg;
 }
 
 /* A child whose stdin is @rd reads it under weft and exits (exit(3)):
  * whether the description is non-blocking afterwards. */
-static int nonblocking_after_child(int rd)
+static int nonblocking_after_child(int rd, int nb_meanwhile)
 {
+    expect_nb = nb_meanwhile;
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -146,11 +153,17 @@ static void stdin_mode_restored_at_exit(void)
     int p[2];
     CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
     CHECK(!nonblocking(p[0]));
-    CHECK_EQ(nonblocking_after_child(p[0]), 0); /* blocking again */
+    CHECK_EQ(nonblocking_after_child(p[0], 0), 0); /* never made non-blocking */
     CHECK_EQ(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
-    CHECK_EQ(nonblocking_after_child(p[0]), 1); /* as it was given */
+    CHECK_EQ(nonblocking_after_child(p[0], 1), 1); /* as it was given */
     CHECK_EQ(close(p[0]), 0);
     CHECK_EQ(close(p[1]), 0);
+    int m, sl;
+    CHECK_EQ(openpty(&m, &sl, NULL, NULL, NULL), 0);
+    CHECK(!nonblocking(m));
+    CHECK_EQ(nonblocking_after_child(m, 1), 0); /* blocking again */
+    CHECK_EQ(close(m), 0);
+    CHECK_EQ(close(sl), 0);
 }
 
 int main(void)
