@@ -1418,8 +1418,8 @@ typedef struct weft_proc {
  * The child's standard descriptors block, as programs expect of their
  * stdin, stdout and stderr, also those weft made non-blocking here (a
  * connection from weft_accept() handed over inetd-style, an end of a
- * weft_pipe(), this process's own stdout after weft_write(1, ...)),
- * given with WEFT_PROC_FD or WEFT_PROC_INHERIT. A pipe, FIFO or terminal
+ * weft_pipe(), a standard descriptor of this process that weft could not
+ * leave blocking), given with WEFT_PROC_FD or WEFT_PROC_INHERIT. A pipe, FIFO or terminal
  * is opened anew for the child (through /proc/self/fd): a description of
  * its own, so this process's stays non-blocking. A connected socket has
  * one description only: it is made blocking, which weft's own calls on it
