@@ -27,7 +27,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 
 step "clang TSan build: tests that cross threads"
 build tests CC=clang BUILD=build/tsan SAN=thread
-WEFT_TEST_FILTER='thread' TSAN_OPTIONS=halt_on_error=1 \
+WEFT_TEST_FILTER='thread|t_programs$|t_std_nowait$' TSAN_OPTIONS=halt_on_error=1 \
   bash test/c/run.sh build/tsan/tests tsan io_uring epoll || status=1
 
 step "ucontext fallback context switch"
@@ -37,7 +37,7 @@ bash test/c/run.sh build/ucontext/tests ucontext epoll || status=1
 step "Valgrind memcheck (stacks registered, kernel-written ring buffers marked; the HTTP example without openat2, which Valgrind lacks)"
 if command -v valgrind >/dev/null; then
   WEFT_TEST_RUNNER="valgrind -q --error-exitcode=9" WEFT_TEST_TIMEOUT=600 \
-    WEFT_TEST_FILTER='t_(pipe|close_wait|cancel|timer|socket|sched|fls|drained|write_behind|http_server)$' \
+    WEFT_TEST_FILTER='t_(pipe|close_wait|cancel|timer|socket|sched|fls|drained|write_behind|http_server|programs)$' \
     bash test/c/run.sh build/tests valgrind io_uring epoll || status=1
 else
   echo "valgrind missing: FAILED to run the memcheck stage"; echo "0 1" >> "$tally"; status=1
