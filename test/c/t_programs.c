@@ -2,11 +2,14 @@
  * threads with plain blocking calls, the reference. Several workers at
  * once read a file and pass it through a socket pair and a pipe, print
  * with printf into a pipe that is read slowly, run a child process and
- * read its output, and meet errors (a closed reader, a closed
- * descriptor). Both runs must give the same results. */
+ * read its output, serve clients that connect to "localhost" over TCP,
+ * and meet errors (a closed reader, a closed descriptor). Both runs must
+ * give the same results. */
 #include "harness.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -16,6 +19,8 @@
 #define PRINTERS 4
 #define PRINT_LINES 2000
 #define CHILD_LINES 2000
+#define CLIENTS 8
+#define ROUNDS 50
 #define SEC 1000000000LL
 
 extern char **environ;
@@ -42,6 +47,8 @@ typedef struct ops {
     /* sh -c @cmd with its stdout on a pipe: *@out, and what waits for it */
     int (*child)(const char *cmd, int *out, handle *h);
     int (*child_wait)(handle h); /* its wait status */
+    int (*accept)(int lfd);
+    int (*dial)(const char *host, int port); /* a connected TCP socket */
 } ops;
 
 static ssize_t f_read(int fd, void *b, size_t n) { return weft_read(fd, b, n, weft_deadline_in(30 * SEC)); }
@@ -78,8 +85,16 @@ static int f_child_wait(handle h)
     free(p);
     return st;
 }
+static int f_accept(int lfd)
+{
+    int fd = weft_accept(lfd, NULL, NULL, weft_deadline_in(30 * SEC));
+    if (fd >= 0)
+        CHECK_EQ(weft_write_behind(fd, 1), 0); /* as a server would */
+    return fd;
+}
+static int f_dial(const char *host, int port) { return weft_dial(host, port, SOCK_STREAM, weft_deadline_in(30 * SEC)); }
 static const ops fibers = {"fibers", f_read, f_write, f_shut_wr, f_close, f_yield,
-                           f_go, f_join, f_child, f_child_wait};
+                           f_go, f_join, f_child, f_child_wait, f_accept, f_dial};
 
 static ssize_t t_read(int fd, void *b, size_t n)
 {
@@ -128,8 +143,35 @@ static int t_child_wait(handle h)
     CHECK_EQ(waitpid(h.pid, &st, 0), h.pid);
     return st;
 }
+static int t_accept(int lfd)
+{
+    int fd;
+    while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0 && errno == EINTR)
+        ;
+    return fd < 0 ? -errno : fd;
+}
+static int t_dial(const char *host, int port)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai, *a;
+    char serv[16];
+    snprintf(serv, sizeof serv, "%d", port);
+    if (getaddrinfo(host, serv, &hints, &ai) != 0)
+        return -ENOENT;
+    int fd = -ECONNREFUSED;
+    for (a = ai; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+            break;
+        close(fd);
+        fd = -errno;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
 static const ops threads = {"threads", t_read, t_write, t_shut_wr, t_close, t_yield,
-                            t_go, t_join, t_child, t_child_wait};
+                            t_go, t_join, t_child, t_child_wait, t_accept, t_dial};
 
 /* ---- the program ---------------------------------------------------------- */
 
@@ -140,6 +182,7 @@ typedef struct result {
     int child_status;
     ssize_t epipe;        /* a write to a pipe whose reader has gone */
     ssize_t ebadf;        /* a read of a closed descriptor */
+    size_t answers;       /* right answers the clients got */
 } result;
 
 typedef struct run {
@@ -147,6 +190,8 @@ typedef struct run {
     const char *path;     /* the input file */
     int sp[2];            /* reader -> upper */
     int pp[2];            /* upper -> counter */
+    int lfd, port;        /* the server's */
+    pthread_mutex_t lock; /* of r.answers: the clients may be threads */
     result r;
 } run;
 
@@ -269,6 +314,92 @@ static void *errors(void *arg)
     return NULL;
 }
 
+/* A line: the bytes up to '\n' (at most @cap - 1), without it; its length,
+ * 0 at end of file, or -errno. One byte per read: the peer's next line
+ * must stay in the socket. */
+static ssize_t read_line(const ops *o, int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = o->read(fd, buf + n, 1);
+        if (k <= 0)
+            return k < 0 ? k : (ssize_t)n;
+        if (buf[n] == '\n' || ++n == cap - 1)
+            break;
+    }
+    buf[n] = '\0';
+    return (ssize_t)n;
+}
+
+typedef struct conn_arg {
+    run *x;
+    int fd;
+} conn_arg;
+
+/* Answers each line with it reversed, until the client's end. */
+static void *serve_conn(void *arg)
+{
+    conn_arg *c = arg;
+    const ops *o = c->x->o;
+    char line[64], out[66];
+    ssize_t n;
+    while ((n = read_line(o, c->fd, line, sizeof line)) > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            out[i] = line[n - 1 - i];
+        out[n] = '\n';
+        CHECK_EQ(write_all(o, c->fd, out, (size_t)n + 1), n + 1);
+    }
+    CHECK_EQ(n, 0);
+    CHECK_EQ(o->close(c->fd), 0);
+    free(c);
+    return NULL;
+}
+
+/* Takes CLIENTS connections, each served by a worker of its own. */
+static void *server(void *arg)
+{
+    run *x = arg;
+    handle h[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        conn_arg *c = malloc(sizeof *c);
+        CHECK(c != NULL);
+        c->x = x;
+        c->fd = x->o->accept(x->lfd);
+        CHECK(c->fd >= 0);
+        CHECK_EQ(x->o->go(serve_conn, c, &h[i]), 0);
+    }
+    for (int i = 0; i < CLIENTS; i++)
+        x->o->join(h[i]);
+    return NULL;
+}
+
+static void *client(void *arg)
+{
+    run *x = arg;
+    const ops *o = x->o;
+    int fd = o->dial("localhost", x->port); /* a name: resolved, maybe raced */
+    CHECK(fd >= 0);
+    size_t right = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        char q[32], a[64];
+        int n = snprintf(q, sizeof q, "request %d\n", i);
+        CHECK_EQ(write_all(o, fd, q, (size_t)n), n);
+        CHECK_EQ(read_line(o, fd, a, sizeof a), n - 1);
+        char want[32];
+        for (int k = 0; k < n - 1; k++)
+            want[k] = q[n - 2 - k];
+        right += memcmp(a, want, (size_t)n - 1) == 0;
+    }
+    CHECK_EQ(o->shut_wr(fd), 0);
+    char c;
+    CHECK_EQ(o->read(fd, &c, 1), 0); /* the server's end */
+    CHECK_EQ(o->close(fd), 0);
+    pthread_mutex_lock(&x->lock);
+    x->r.answers += right;
+    pthread_mutex_unlock(&x->lock);
+    return NULL;
+}
+
 /* Everything at once, then wait for all of it. */
 static void *program(void *arg)
 {
@@ -276,7 +407,7 @@ static void *program(void *arg)
     const ops *o = x->o;
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x->sp), 0);
     CHECK_EQ(pipe2(x->pp, O_CLOEXEC), 0);
-    handle h[5 + PRINTERS];
+    handle h[6 + PRINTERS + CLIENTS];
     int k = 0;
     CHECK_EQ(o->go(errors, x, &h[k++]), 0);
     CHECK_EQ(o->go(counter, x, &h[k++]), 0);
@@ -291,6 +422,9 @@ static void *program(void *arg)
         CHECK_EQ(o->go(printer, &pa[i], &h[k++]), 0);
     }
     CHECK_EQ(o->go(child, x, &h[k++]), 0);
+    CHECK_EQ(o->go(server, x, &h[k++]), 0);
+    for (int i = 0; i < CLIENTS; i++)
+        CHECK_EQ(o->go(client, x, &h[k++]), 0);
     for (int i = 0; i < k; i++)
         o->join(h[i]);
     CHECK_EQ(fflush(stdout), 0);
@@ -298,6 +432,7 @@ static void *program(void *arg)
     CHECK_EQ(o->close(x->sp[0]), 0);
     CHECK_EQ(o->close(x->sp[1]), 0);
     CHECK_EQ(o->close(x->pp[0]), 0);
+    CHECK_EQ(o->close(x->lfd), 0);
     return NULL;
 }
 
@@ -342,7 +477,17 @@ static void *drain_main(void *arg)
 
 static result run_once(const ops *o, const char *path)
 {
-    run x = {.o = o, .path = path};
+    run x = {.o = o, .path = path, .lock = PTHREAD_MUTEX_INITIALIZER};
+    /* The listener on the loopback address "localhost" names too, on a
+     * port picked now: made the same way for both runs. */
+    x.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(x.lfd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    CHECK_EQ(bind(x.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    CHECK_EQ(listen(x.lfd, CLIENTS), 0);
+    CHECK_EQ(getsockname(x.lfd, (struct sockaddr *)&sa, &sl), 0);
+    x.port = ntohs(sa.sin_port);
     int p[2], saved;
     CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
     drain d = {.fd = p[0]};
@@ -410,5 +555,7 @@ int main(void)
     CHECK_EQ(f.epipe, t.epipe);
     CHECK_EQ(t.ebadf, -EBADF);
     CHECK_EQ(f.ebadf, t.ebadf);
+    CHECK_EQ(t.answers, CLIENTS * ROUNDS);
+    CHECK_EQ(f.answers, t.answers);
     return h_end();
 }
