@@ -182,29 +182,31 @@ stop_servers() {
 }
 
 # CPU time (clock ticks) used so far by process PID, its threads and its
-# direct children (nginx's workers).
+# direct children (nginx's workers): "user system".
 cpu_ticks() {
-  local p t=0 f
+  local p u=0 k=0 f
   for p in $1 $(cat /proc/"$1"/task/*/children 2>/dev/null); do
     f=$(cut -d')' -f2 /proc/"$p"/stat 2>/dev/null) || continue
     set -- $f
-    t=$((t + ${12} + ${13})) # utime, stime
+    u=$((u + ${12})) k=$((k + ${13})) # utime, stime
   done
-  echo $t
+  echo $u $k
 }
 
-# One wrk run, under the lock: wrk's output, then the server's CPU ticks.
+# One wrk run, under the lock: wrk's output, then the server's CPU ticks
+# (all, and the user and system parts).
 measure() { # PID PORT CONNS SECS
-  local c0 c1 out
-  c0=$(cpu_ticks "$1")
+  local u0 k0 u1 k1 out
+  read -r u0 k0 < <(cpu_ticks "$1")
   out=$(timeout $(($4 + 60)) wrk -t2 -c"$3" -d"$4"s "http://127.0.0.1:$2/") || return 1
-  c1=$(cpu_ticks "$1")
+  read -r u1 k1 < <(cpu_ticks "$1")
   echo "$out"
-  echo "CPU_TICKS $((c1 - c0))"
+  echo "CPU_TICKS $((u1 - u0 + k1 - k0)) $((u1 - u0)) $((k1 - k0))"
 }
 export -f measure cpu_ticks
 
-# Prints "requests/s server-CPU-us-per-request". The CPU figure is the
+# Prints "requests/s server-CPU-us-per-request CPU-seconds-per-second
+# user-us-per-request system-us-per-request". The CPU figure is the
 # server's own user+system time over the run divided by the requests wrk
 # counted: on a shared 2-core machine it is steadier than requests/s, which
 # also depends on how the cores are split between wrk, the server and
@@ -214,15 +216,16 @@ hz=$(getconf CLK_TCK)
 wrk_run() { # SERVER CONNS SECS
   local out
   out=$(bench_locked bash -c 'measure "$@"' _ "${spid[$1]}" "${port[$1]}" "$2" "$3") || {
-    echo "http.sh: wrk failed against $1" >&2; echo "0 0 0"; return; }
+    echo "http.sh: wrk failed against $1" >&2; echo "0 0 0 0 0"; return; }
   local errs
   errs=$(echo "$out" | sed -n 's/.*Socket errors: //p; s/.*Non-2xx or 3xx responses: /non-2xx /p')
   [ -n "$errs" ] && echo "$1 c$2: $errs" >> "$tmp/errors"
   echo "$out" | awk -v hz="$hz" -v secs="$3" '
     /^Requests\/sec:/ { rps = $2 }
     / requests in / { n = $1 }
-    /^CPU_TICKS/ { t = $2 }
-    END { printf "%.0f %.2f %.2f\n", rps, (n > 0 ? t * 1e6 / hz / n : 0), t / hz / secs }'
+    /^CPU_TICKS/ { t = $2; u = $3; k = $4 }
+    END { per = n > 0 ? 1e6 / hz / n : 0
+          printf "%.0f %.2f %.2f %.2f %.2f\n", rps, t * per, t / hz / secs, u * per, k * per }'
 }
 
 echo
@@ -230,7 +233,7 @@ echo "== http: keep-alive hello world, wrk -t2 -c{$conns_list} -d${secs}s, $reps
 echo "   command: WEFT_BENCH_REPS=$reps WEFT_HTTP_SECS=$secs bash bench/parts/http.sh (part of make bench)"
 # Runs keyed "MODE,SERVER,THREADS,CONNS" (MODE: shared | bound): requests/s,
 # server CPU us/request, server CPU-seconds per second.
-declare -A runs cpu util
+declare -A runs cpu util ucpu kcpu
 measure_all() { # MODE THREADS: start the servers, warm up, measure, stop
   local m=$1 t=$2 s c r
   start_servers "$t"
@@ -242,6 +245,8 @@ measure_all() { # MODE THREADS: start the servers, warm up, measure, stop
         runs[$m,$s,$t,$c]+="$1 "
         cpu[$m,$s,$t,$c]+="$2 "
         util[$m,$s,$t,$c]+="$3 "
+        ucpu[$m,$s,$t,$c]+="$4 "
+        kcpu[$m,$s,$t,$c]+="$5 "
       done
     done
   done
@@ -303,6 +308,17 @@ bench_header "http: server CPU time per request (user+system, all its threads/wo
 for t in $threads_list; do
   for c in $conns_list; do
     report_peers shared "$t" "$c" "cpu_per_req_${t}thr_${c}conn" us/req lower cpu 0 ""
+  done
+done
+# Where each server's CPU per request goes: its own code (user) and the
+# kernel's work for it (system), medians of the shared runs.
+for t in $threads_list; do
+  for c in $conns_list; do
+    line=""
+    for s in $servers; do
+      line+=" $s $(bench_median "${ucpu[shared,$s,$t,$c]}") + $(bench_median "${kcpu[shared,$s,$t,$c]}"),"
+    done
+    echo "   user + system us/request, $t thread(s), $c connections:${line%,}"
   done
 done
 if [ $bound_ok = 1 ]; then
