@@ -520,6 +520,39 @@ int weft__rb_rw_wait(rsched *s, rwait *rw, bool yield)
     return rw->w.result;
 }
 
+/* ---- transfers that never wait ------------------------------------------
+ *
+ * A fiber whose reads and writes never have to wait (a streamed answer to
+ * a client that keeps up, a socket whose peer always has data, a pipe
+ * with room) never reaches the loop: nothing else runs, timers do not
+ * fire, and I/O that became ready is not even looked at until it waits.
+ * A thread is preempted; here weft__rb_do_io counts the transfers a fiber
+ * completes in a row with no switch, and at FAIR_EVERY of them calls this
+ * before the next one: the reactor is polled without blocking (timers
+ * and I/O that became ready) and, if any fiber is ready, they run once
+ * before this one goes on. Nothing is ready: no switch at all (a timeout
+ * of this fiber's that has passed is raised). Only in a fiber this
+ * scheduler switched into (an Enumerator's or a fiber the user resumed
+ * would hand its resumer a value) and never inside #exclusive. */
+void weft__rb_fair_turn(rsched *s, VALUE cur)
+{
+    s->nw_count = 0;
+    if (s->entered != cur || cur == s->loop_fiber || s->npins)
+        return;
+    if (weft__list_empty(&s->ready)) {
+        s->st.iterations++;
+        (void)weft__reactor_run_once(&s->r, false);
+        maybe_sweep(s);
+        if (weft__list_empty(&s->ready)) {
+            /* A timeout of this fiber's that has passed: raised now. */
+            if (!weft__list_empty(&s->intrs) && weft__rb_intr_pending(s, cur))
+                weft__rb_deliver_interrupts(s, cur);
+            return;
+        }
+    }
+    weft__rb_yield_once(s);
+}
+
 /* ---- exclusive ---------------------------------------------------------- */
 
 struct pin_arg {

@@ -230,6 +230,12 @@ struct rsched {
     uint64_t ea_seq;
     VALUE ea_fiber;
     int ea_fd, ea_ev;
+    /* Transfers that never waited (transfer.c, weft__rb_fair_turn): the
+     * fiber (a key, never dereferenced) whose transfer hooks completed
+     * nw_count times in a row without any switch, as of nw_switches. */
+    VALUE nw_fiber;
+    uint64_t nw_switches;
+    unsigned nw_count;
     int closing;               /* close attempts begun (see s_close)     */
     unsigned stops;            /* stop_all calls so far (see start_body) */
     bool bound;                /* a hook ran on `thread`: owned for good */
@@ -342,6 +348,9 @@ int weft__rb_poll_now(int fd, int events);
 /* A zero timeout that found nothing ready (io_wait, io_select): let the
  * other fibers run once, as sleep(0) does, before the caller looks again. */
 void weft__rb_yield_once(rsched *s);
+/* A fiber whose transfers never wait: poll the reactor without blocking
+ * and let the ready fibers run once (loop.c). */
+void weft__rb_fair_turn(rsched *s, VALUE cur);
 int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline);
 int64_t weft__rb_io_timeout_deadline(VALUE io, bool *set);
 __attribute__((noreturn)) void weft__rb_raise_io_timeout(int events);

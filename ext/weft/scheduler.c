@@ -154,6 +154,7 @@ static VALUE s_alloc(VALUE klass)
     s->lw_fd = -1;
     s->ea_fiber = Qnil;
     s->sw_fiber = Qnil;
+    s->nw_fiber = Qnil;
     s->ea_fd = -1;
     s->report = true;
     s->waiting = st_init_numtable();
@@ -218,7 +219,7 @@ void weft__rb_fork_reset(rsched *s)
         s->fdi[i].w_owner = Qnil;
         s->fdi[i].w_waiters = (weft__list){NULL, NULL};
     }
-    s->entered = s->chain = s->lw_fiber = Qnil;
+    s->entered = s->chain = s->lw_fiber = s->nw_fiber = Qnil;
     pthread_mutex_init(&s->lock, NULL);
     /* Abandon closes our copies of the ring/epoll set/eventfd without
      * touching the parent's; the parent's in-flight state is not walked. */

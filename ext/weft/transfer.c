@@ -365,16 +365,38 @@ static bool xfer_round(struct xfer *x)
     }
 }
 
+/* Transfers one fiber may complete in a row without any switch before the
+ * others get a turn (weft__rb_fair_turn). */
+#define FAIR_EVERY 64
+
 /* The transfer hooks' loop (see above). Returns the byte count, or -errno
- * if nothing moved. */
+ * if nothing moved. A fiber whose last FAIR_EVERY transfers completed in
+ * a row with no switch lets the others run first (see loop.c): a streamed
+ * answer to a client that keeps up starved every other connection, and
+ * its Timeout, for as long as it lasted. The count is of switches seen,
+ * not of this IO's: any switch in between starts it again. */
 VALUE weft__rb_do_io(rsched *s, VALUE io, VALUE buffer, size_t length,
                      size_t offset, off_t from, int op)
 {
+    VALUE cur = rb_fiber_current();
+    bool streak = s->nw_fiber == cur && s->nw_switches == s->switches;
+    if (streak && s->nw_count >= FAIR_EVERY)
+        weft__rb_fair_turn(s, cur);
     struct xfer x;
     if (!xfer_prepare(&x, s, io, buffer, length, offset, from, op))
         return INT2NUM(-EINVAL);
+    uint64_t before = s->switches;
     while (x.offset < x.size && xfer_round(&x))
         ;
+    if (s->switches != before) {
+        s->nw_count = 0;
+    } else if (s->nw_fiber == cur && s->nw_switches == before) {
+        s->nw_count++;
+    } else {
+        s->nw_fiber = cur;
+        s->nw_switches = before;
+        s->nw_count = 1;
+    }
     return x.total || !x.rc ? SIZET2NUM(x.total) : INT2NUM(x.rc);
 }
 

@@ -1,0 +1,83 @@
+# frozen_string_literal: true
+
+require_relative "test_server_helper"
+require "tempfile"
+
+# Ordinary Rack apps under Weft::Server, each checked against what the
+# same app does on a thread per request (WEBrick, Puma): the holes found
+# by serving such apps, not by the protocol tests of test_server.rb.
+class TestServerApps < Minitest::Test
+  include WeftTestHelper
+  include ServerTestHelper
+
+  # Rows a report writes at most: a bound that only ends a run whose
+  # other requests never got a turn (a few seconds past the hang guard),
+  # never reached when the server is fair.
+  ROWS_AT_MOST = 50_000_000
+
+  # A report written row by row to a file: a write to a regular file, like
+  # one to a client that keeps up, never has to wait. On threads the
+  # other requests run meanwhile (a thread is preempted); a fiber whose
+  # writes never waited never let the loop look at the listener, so a
+  # request that asked the report to stop was not even accepted until
+  # the report had written every row.
+  def test_a_request_whose_writes_never_wait_lets_the_others_run
+    started = Thread::Queue.new
+    stop = false
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/report"
+        rows = 0
+        Tempfile.create("weft-report") do |f|
+          f.sync = true
+          started << true
+          until stop || rows == ROWS_AT_MOST
+            f.write("row #{rows},alpha,beta,gamma\n")
+            rows += 1
+          end
+        end
+        [200, { "content-type" => "text/plain" }, [stop ? "stopped" : "all rows"]]
+      when "/stop"
+        stop = true
+        [200, { "content-type" => "text/plain" }, ["ok"]]
+      end
+    end
+    with_server(app) do |port|
+      report = connect(port)
+      report.write("GET /report HTTP/1.1\r\nHost: t\r\n\r\n")
+      started.pop
+      assert_equal "ok", get(port, "/stop").body
+      assert_equal "stopped", read_response(report).body
+    ensure
+      report&.close
+    end
+  end
+
+  # Timeout.timeout around the same kind of work (a request with a time
+  # budget): on a thread it fires; it never did in a fiber whose writes
+  # never waited, since its timer was only looked at when the fiber waited.
+  def test_a_timeout_reaches_a_request_whose_writes_never_wait
+    app = lambda do |_env|
+      rows = 0
+      outcome =
+        begin
+          Timeout.timeout(0.05) do
+            Tempfile.create("weft-report") do |f|
+              f.sync = true
+              while rows < ROWS_AT_MOST
+                f.write("row #{rows},alpha,beta,gamma\n")
+                rows += 1
+              end
+            end
+          end
+          "all rows"
+        rescue Timeout::Error
+          "timed out"
+        end
+      [200, { "content-type" => "text/plain" }, [outcome]]
+    end
+    with_server(app) do |port|
+      assert_equal "timed out", get(port, "/report").body
+    end
+  end
+end
