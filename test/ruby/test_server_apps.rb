@@ -2,6 +2,9 @@
 
 require_relative "test_server_helper"
 require "tempfile"
+require "tmpdir"
+require "rbconfig"
+require "net/http"
 
 # Ordinary Rack apps under Weft::Server, each checked against what the
 # same app does on a thread per request (WEBrick, Puma): the holes found
@@ -9,6 +12,62 @@ require "tempfile"
 class TestServerApps < Minitest::Test
   include WeftTestHelper
   include ServerTestHelper
+
+  WEFT = File.expand_path("../../bin/weft", __dir__)
+
+  def teardown
+    @children&.each do |pid|
+      Process.kill("KILL", pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+    FileUtils.rm_rf(@dir) if @dir
+    super
+  end
+
+  # `weft serve ARGS config.ru` in a directory of its own holding
+  # +config_ru+, with +env+ (nil values unset) and stderr in a file; waits
+  # (hang guard) for the startup line: [pid, port, stderr's path].
+  def serve(config_ru, *args, env: {})
+    @dir ||= Dir.mktmpdir("weft-apps")
+    @children ||= []
+    File.write(File.join(@dir, "config.ru"), config_ru)
+    err = File.join(@dir, "err.log")
+    pid = ServerTestHelper.spawn_guarded({ "RUBYLIB" => ServerTestHelper.child_rubylib }.merge(env),
+                                         RbConfig.ruby, WEFT, "serve", "-q", "-p", "0", *args, "config.ru",
+                                         out: File::NULL, err: err, chdir: @dir)
+    @children << pid
+    deadline = now + GUARD
+    until (port = File.read(err)[/serving on tcp:\/\/[\d.]+:(\d+)/, 1])
+      raise "weft serve did not start:\n#{File.read(err)}" if now > deadline || Process.wait(pid, Process::WNOHANG)
+
+      sleep 0.02
+    end
+    [pid, port.to_i, err]
+  end
+
+  def http_get(port, path = "/")
+    Net::HTTP.start("127.0.0.1", port, read_timeout: GUARD, open_timeout: GUARD) { |h| h.get(path) }
+  end
+
+  # An app that picks its settings by RACK_ENV, as apps with a database
+  # per environment do. rackup and Puma set RACK_ENV to "development"
+  # when nothing else says which; weft serve left it unset, and the app
+  # died at boot (KeyError) where it ran under both.
+  def test_weft_serve_sets_rack_env_as_rackup_and_puma_do
+    app = <<~'RUBY'
+      DATABASE = { "development" => "dev.sqlite3", "production" => "prod.sqlite3" }.fetch(ENV["RACK_ENV"])
+      run ->(_env) { [200, { "content-type" => "text/plain" }, ["#{DATABASE} #{ENV["APP_ENV"].inspect}"]] }
+    RUBY
+    unset = { "RACK_ENV" => nil, "APP_ENV" => nil, "RAILS_ENV" => nil }
+    _, port, = serve(app, env: unset)
+    assert_equal "dev.sqlite3 nil", http_get(port).body
+    _, port, = serve(app, env: unset.merge("RAILS_ENV" => "production"))
+    assert_equal "prod.sqlite3 nil", http_get(port).body
+    _, port, = serve(app, "-E", "production", env: unset.merge("RACK_ENV" => "development"))
+    assert_equal "prod.sqlite3 \"production\"", http_get(port).body
+  end
 
   # Rows a report writes at most: a bound that only ends a run whose
   # other requests never got a turn (a few seconds past the hang guard),

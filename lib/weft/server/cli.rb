@@ -80,7 +80,13 @@ module Weft
         raise ArgumentError, "#{config_ru} not found" unless File.file?(config_ru)
 
         env = options.delete(:env)
-        ENV["RACK_ENV"] = ENV["APP_ENV"] = env if env
+        if env
+          ENV["RACK_ENV"] = ENV["APP_ENV"] = env
+        else
+          # As rackup and Puma do: an app that reads RACK_ENV (a database
+          # config by environment) finds the one it runs in.
+          ENV["RACK_ENV"] ||= ENV["APP_ENV"] || ENV["RAILS_ENV"] || "development"
+        end
         Array(options.delete(:require)).each { |lib| require lib }
         host = options.delete(:host)
         port = options.delete(:port)
