@@ -409,7 +409,12 @@ static void *program(void *arg)
     CHECK_EQ(pipe2(x->pp, O_CLOEXEC), 0);
     handle h[6 + PRINTERS + CLIENTS];
     int k = 0;
-    CHECK_EQ(o->go(errors, x, &h[k++]), 0);
+    /* The errors first, alone: a child being started at the same time
+     * holds a copy of every descriptor until its exec has closed them (the
+     * parent may go on before that), and a copy of the pipe's reader would
+     * let the write succeed, on threads as on fibers. */
+    CHECK_EQ(o->go(errors, x, &h[0]), 0);
+    o->join(h[0]);
     CHECK_EQ(o->go(counter, x, &h[k++]), 0);
     CHECK_EQ(o->go(upper, x, &h[k++]), 0);
     CHECK_EQ(o->go(reader, x, &h[k++]), 0);
