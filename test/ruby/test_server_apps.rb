@@ -33,7 +33,7 @@ class TestServerApps < Minitest::Test
     @dir ||= Dir.mktmpdir("weft-apps")
     @children ||= []
     File.write(File.join(@dir, "config.ru"), config_ru)
-    err = File.join(@dir, "err.log")
+    err = File.join(@dir, "err#{@children.size}.log")
     pid = ServerTestHelper.spawn_guarded({ "RUBYLIB" => ServerTestHelper.child_rubylib }.merge(env),
                                          RbConfig.ruby, WEFT, "serve", "-q", "-p", "0", *args, "config.ru",
                                          out: File::NULL, err: err, chdir: @dir)
@@ -69,9 +69,9 @@ class TestServerApps < Minitest::Test
     assert_equal "prod.sqlite3 \"production\"", http_get(port).body
   end
 
-  # Rows a report writes at most: a bound that only ends a run whose
-  # other requests never got a turn (a few seconds past the hang guard),
-  # never reached when the server is fair.
+  # Rows a report writes at most: only so that a run in which the other
+  # requests never get a turn ends at all (the hang guard fails the test
+  # long before); never reached when the server is fair.
   ROWS_AT_MOST = 50_000_000
 
   # A report written row by row to a file: a write to a regular file, like
