@@ -5,6 +5,8 @@
  */
 #include "rsched.h"
 
+#include <ruby/encoding.h>
+
 /* ---- one writer at a time (Ruby 3.1 split writes) ----------------------
  *
  * Ruby 3.1 writes `puts "x"` to a synchronous IO as two hook calls, the
@@ -14,7 +16,8 @@
  * land between the two halves. So io_wait first looks whether the
  * descriptor is writable (it nearly always is: no switch), and if it must
  * really wait right after this fiber's own write to the descriptor, the
- * fiber becomes the descriptor's writer for as long as that wait lasts:
+ * fiber becomes the descriptor's writer for as long as that wait lasts
+ * (so does a wait right after this fiber's write found it full):
  * other fibers' io_write calls on it wait. Once the wait is over the
  * writer runs, and nothing else does until its next hook call, which is
  * the rest of the write; so the role ends with the wait, and that next
@@ -122,12 +125,18 @@ static VALUE s_io_write(int argc, VALUE *argv, VALUE self)
     bool moved = !state && FIXNUM_P(r) && FIX2LONG(r) > 0;
     /* The rest of a split write found the descriptor full again (a tty's
      * writability flaps): it stays this fiber's until the rest is out. */
-    bool keep = !state && held && FIXNUM_P(r) && FIX2LONG(r) == -EAGAIN;
+    bool full = !state && FIXNUM_P(r) && FIX2LONG(r) == -EAGAIN;
+    bool keep = held && full;
     if (!keep)
         write_release((VALUE)&a);
     if (state)
         rb_jump_tag(state);
-    if (moved || keep) {
+    /* A write that found the descriptor full is waited for by Ruby's next
+     * hook call, io_wait: that wait keeps the descriptor too, as Ruby
+     * 3.2+ keeps the IO's write lock through the wait inside one write,
+     * so `print "a", "b", "c\n"` is not split by a full socket after "b"
+     * on 3.1 either. */
+    if (moved || full) {
         s->lw_fiber = cur;
         s->lw_fd = fd;
         s->lw_seq = s->hook_seq;
@@ -135,7 +144,56 @@ static VALUE s_io_write(int argc, VALUE *argv, VALUE self)
     return r;
 }
 
+/* ---- one write call, one hook call -------------------------------------
+ *
+ * IO#write with several objects, and so IO#puts (the text and its "\n"),
+ * is one writev(2) on a thread: one TCP segment, one datagram. Under any
+ * scheduler Ruby (3.1 to 3.4) passes the io_write hook the first piece
+ * only and calls again for the rest, so each piece went out on its own:
+ * a datagram socket got "text" and "\n" as two datagrams, and on TCP the
+ * lone "\n" waited for the peer's delayed ACK (Nagle), about 40 ms per
+ * `puts` a line-based peer answers. On sockets (lib/weft/scheduler.rb
+ * prepends this to BasicSocket), from a non-blocking fiber under weft,
+ * the pieces (each converted with to_s, as IO#write does) are joined and
+ * written by one IO#write call. Up to WHOLE_MAX bytes: past that a copy
+ * costs more than the extra segment, and the pieces go as before. Pieces
+ * whose encodings cannot be joined go as before too. */
+enum { WHOLE_MAX = 1 << 20 };
+
+static VALUE whole_write(int argc, VALUE *argv, VALUE self)
+{
+    if (argc < 2 || !weft__rb_ours(rb_fiber_scheduler_current()))
+        return rb_call_super(argc, argv);
+    VALUE parts = rb_ary_new_capa(argc);
+    long total = 0;
+    for (int i = 0; i < argc; i++) {
+        VALUE str = rb_obj_as_string(argv[i]);
+        rb_ary_push(parts, str);
+        total += RSTRING_LEN(str);
+    }
+    VALUE joined = Qnil;
+    if (total <= WHOLE_MAX) {
+        joined = rb_str_buf_new(total);
+        rb_enc_copy(joined, RARRAY_AREF(parts, 0));
+        for (int i = 0; i < argc; i++) {
+            VALUE str = RARRAY_AREF(parts, i);
+            if (i > 0 && !rb_enc_compatible(joined, str)) {
+                joined = Qnil;
+                break;
+            }
+            rb_str_buf_append(joined, str);
+        }
+    }
+    if (NIL_P(joined))
+        return rb_call_super(argc, RARRAY_CONST_PTR(parts));
+    RB_GC_GUARD(parts);
+    return rb_call_super(1, &joined);
+}
+
 void weft__rb_init_writer(VALUE klass)
 {
     rb_define_method(klass, "io_write", s_io_write, -1);
+    /* Prepended to BasicSocket by lib/weft/scheduler.rb. */
+    VALUE whole = rb_define_module_under(klass, "WholeWrites");
+    rb_define_method(whole, "write", whole_write, -1);
 }

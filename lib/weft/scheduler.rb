@@ -225,6 +225,17 @@ module Weft
   end
   private_constant :SyswriteWaits
   IO.prepend(SyswriteWaits) if RUBY_VERSION >= "3.3"
+
+  # IO#write with several objects (and IO#puts, which writes the text and
+  # "\n" that way) is one writev(2) on a thread, but each piece reached the
+  # io_write hook, and the socket, on its own: two datagrams for one
+  # `puts`, and a Nagle wait of about 40 ms before a TCP peer saw the
+  # newline. Scheduler::WholeWrites (in C, ext/weft/writer.c) joins the
+  # pieces into one write from a non-blocking fiber under Weft. Sockets
+  # only: pipes and terminals have no messages, and a larger write to a
+  # blocking terminal could wait in write(2) holding the GVL.
+  BasicSocket.prepend(Scheduler::WholeWrites)
+  Scheduler.send(:private_constant, :WholeWrites)
 end
 
 module Weft

@@ -1202,4 +1202,30 @@ class TestOrdinary < Minitest::Test
       assert_operator file_ops, :>=, 4 * 3 * 2, "every fsync and fdatasync waited off the loop"
     end
   end
+
+  # IO#puts and IO#write with several objects are one writev(2) on a
+  # thread; under the scheduler each piece was its own write: a datagram
+  # or seqpacket peer got "text" and "\n" as two messages, and a TCP peer
+  # waiting for the newline waited for a delayed ACK (Nagle) on every line.
+  def test_puts_and_a_write_of_several_objects_are_one_message_as_on_threads
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      pairs = Array.new(3) { UNIXSocket.pair(:SEQPACKET) } + [UNIXSocket.pair(:DGRAM)]
+      workers = pairs.each_with_index.map do |(a, b), i|
+        spawn.call do
+          a.puts("line #{i}")
+          a.write("w", i, :x, "\n")
+          a.print("p#{i}\n")
+          got << [i, Array.new(3) { b.recv(100) }]
+        end
+      end
+      finish.call(workers)
+      result = Array.new(pairs.size) { got.pop }.sort
+      pairs.flatten.each(&:close)
+      result
+    end
+    threads = on_threads(program)
+    assert_equal Array.new(4) { |i| [i, ["line #{i}\n", "w#{i}x\n", "p#{i}\n"]] }, threads
+    assert_equal threads, on_fibers(program)
+  end
 end
