@@ -245,6 +245,16 @@ static enum xstep xfer_syscall(struct xfer *x)
             x->err = EAGAIN;
             return XS_ERRNO;
         }
+        /* Writable means room for one byte on a terminal: a larger write
+         * to a blocking one waits in write(2) until the rest fits, with
+         * the GVL held, and the one to drain it may be another fiber or
+         * thread of this process (the master of a PTY.spawn'd child fed
+         * by one fiber and read by another hung the process, where
+         * threads wrote and read it all). The fiber waits for the write
+         * on the offload pool instead. */
+        if (x->op == OP_WRITE && max > 1 && x->deadline != 0 &&
+            x->kind == WEFT__FD_OTHER && isatty(fd))
+            return xfer_offload(x);
         /* Writable means room for PIPE_BUF bytes: a larger write to a
          * blocking pipe or FIFO (stdout to a slow reader, a FIFO opened
          * with File.open) would wait in write(2) for its reader, with

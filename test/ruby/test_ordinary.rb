@@ -27,6 +27,9 @@ class TestOrdinary < Minitest::Test
     IO.popen([RbConfig.ruby, "-I", ext, "-I", File.expand_path("../../lib", __dir__),
               "-e", code, err: %i[child out]]) do |io|
       Timeout.timeout(timeout) { out = io.read }
+    rescue Timeout::Error
+      Process.kill(:KILL, io.pid) # a hung child: closing would wait for it
+      raise
     end
     status = $?
     [out, status]
@@ -1227,5 +1230,39 @@ class TestOrdinary < Minitest::Test
     threads = on_threads(program)
     assert_equal Array.new(4) { |i| [i, ["line #{i}\n", "w#{i}x\n", "p#{i}\n"]] }, threads
     assert_equal threads, on_fibers(program)
+  end
+
+  # A write to a terminal larger than its room waited in write(2) with the
+  # GVL held: a child on a pseudo-terminal fed by one fiber and read by
+  # another hung the whole process (no Timeout, no Ctrl-C), where threads
+  # pass every byte through.
+  def test_a_large_write_to_a_pty_another_fiber_drains_as_on_threads
+    code = <<~'RUBY'
+      require "weft"
+      require "pty"
+      require "io/console"
+      program = lambda do |spawn, finish|
+        PTY.open do |master, slave|
+          slave.raw!
+          pid = Process.spawn("cat", in: slave, out: slave)
+          got = +""
+          workers = [spawn.call { master.write("y" * 200_000) },
+                     spawn.call { got << master.readpartial(65_536) while got.size < 200_000 }]
+          finish.call(workers)
+          Process.kill(:KILL, pid)
+          Process.wait(pid)
+          got.size
+        end
+      end
+      on_threads = program.call(->(&b) { Thread.new(&b) }, ->(ts) { ts.each(&:join) })
+      on_fibers = nil
+      Weft.run { on_fibers = program.call(->(&b) { Fiber.schedule(&b) }, ->(fs) { sleep 0.001 while fs.any?(&:alive?) }) }
+      puts "threads #{on_threads} fibers #{on_fibers}"
+    RUBY
+    out, status = ruby_child(code)
+    assert status.success?, out
+    assert_equal "threads 200000 fibers 200000\n", out
+  rescue Timeout::Error
+    flunk "the fibers' process hung in a write to the terminal"
   end
 end
