@@ -337,14 +337,19 @@ static int std_set_nonblock(int fd, int fl)
  * Where neither can be had, O_NONBLOCK is set for good (and undone at
  * exit).
  */
+/* Standard descriptor @fd without a per-call flag: a description of its
+ * own, non-blocking for a call at a time, else O_NONBLOCK for good. */
+static int std_toggle(int fd, int fl)
+{
+    return std_own(fd, fl) == 0 ? WEFT__NB_TOGGLE : std_set_nonblock(fd, fl);
+}
+
 static int std_nowait(int fd, int fl)
 {
     struct stat sb;
     if (fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode))
         return WEFT__NB_RWF;
-    if (std_own(fd, fl) == 0)
-        return WEFT__NB_TOGGLE;
-    return std_set_nonblock(fd, fl);
+    return std_toggle(fd, fl);
 }
 
 int weft__ensure_nonblock(int fd)
@@ -454,29 +459,30 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt, int rw
 static __attribute__((noinline, cold)) ssize_t
 nowait_rw(weft__fdstate *st, int fd, const struct iovec *iov, int cnt, bool wr)
 {
-    if (st->nonblock == WEFT__NB_RWF) {
-        ssize_t n = wr ? writev_nosigpipe(fd, iov, cnt, RWF_NOWAIT)
-                       : preadv2(fd, iov, cnt, -1, RWF_NOWAIT);
+    int rwf = st->nonblock == WEFT__NB_RWF ? RWF_NOWAIT : 0;
+    if (rwf) {
+        ssize_t n = wr ? writev_nosigpipe(fd, iov, cnt, rwf) : preadv2(fd, iov, cnt, -1, rwf);
         if (n >= 0 || errno != EOPNOTSUPP)
             return n;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -1;
+    if (rwf) {
         /* No RWF_NOWAIT for this file (a kernel before 6.4, a named
-         * FIFO): a description of our own, or O_NONBLOCK for good. */
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0)
-            return -1;
-        int nb = std_own(fd, fl) == 0 ? WEFT__NB_TOGGLE : std_set_nonblock(fd, fl);
+         * FIFO): the way std_nowait takes for a terminal. */
+        int nb = std_toggle(fd, fl);
         if (nb < 0)
             return -1; /* errno: fcntl's */
         st->nonblock = (uint8_t)nb;
-        if (nb == WEFT__NB_SET)
-            return wr ? writev_nosigpipe(fd, iov, cnt, 0) : readv(fd, iov, cnt);
     }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    bool toggle = st->nonblock == WEFT__NB_TOGGLE; /* else O_NONBLOCK is set for good */
+    if (toggle && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         return -1;
     ssize_t n = wr ? writev_nosigpipe(fd, iov, cnt, 0) : readv(fd, iov, cnt);
     int e = errno;
-    (void)fcntl(fd, F_SETFL, fl);
+    if (toggle)
+        (void)fcntl(fd, F_SETFL, fl);
     errno = e;
     return n;
 }
