@@ -4,6 +4,8 @@ require_relative "helper"
 require "stringio"
 require "tempfile"
 require "pty"
+require "pathname"
+require "tmpdir"
 require "rbconfig"
 
 # Ordinary programs, as a new user writes them (issue 13): several fibers
@@ -1264,5 +1266,99 @@ class TestOrdinary < Minitest::Test
     assert_equal "threads 200000 fibers 200000\n", out
   rescue Timeout::Error
     flunk "the fibers' process hung in a write to the terminal"
+  end
+
+  # 31. IO.copy_stream between descriptors that never make it wait (a
+  # file to a file, to /dev/null) calls no scheduler hook: a thread's copy
+  # lets the other threads run, a fiber's held every other fiber for the
+  # whole copy (2 GB to /dev/null: 2.6 s on 3.1, the ticker below never
+  # ran). Each form of the call copies what it copies on a thread (bytes,
+  # the source's position, a destination path created, a missing source
+  # raising before the destination is made), and on fibers the others ran
+  # during every copy.
+  def test_large_copy_streams_let_the_others_run_and_copy_as_on_threads
+    Dir.mktmpdir("weft-copy") do |dir|
+      src = File.join(dir, "src")
+      data = Random.new(5).bytes((5 << 20) + 77)
+      File.binwrite(src, data)
+      program = lambda do |spawn, finish|
+        ticks = 0
+        done = false
+        ran = []
+        got = []
+        ticker = spawn.call do
+          until done
+            ticks += 1
+            sleep 0
+          end
+        end
+        copier = spawn.call do
+          copy = lambda do |name, &blk|
+            before = ticks
+            got << [name, *blk.call]
+            ran << (ticks > before)
+          end
+          out = File.join(dir, "out")
+          copy.call(:paths) { [IO.copy_stream(src, out), File.binread(out) == data] }
+          copy.call(:pathname) do
+            [File.open(src, "rb") { |f| IO.copy_stream(f, Pathname(out)) }, File.binread(out) == data]
+          end
+          File.open(src, "rb") do |f|
+            File.open(out, "wb") do |o|
+              f.read(10) # Ruby's buffer holds more of the file than these
+              copy.call(:after_a_read) { [IO.copy_stream(f, o, (3 << 20) + 7), f.pos] }
+              copy.call(:at_an_offset) { [IO.copy_stream(f, o, (2 << 20) + 1, 4097), f.pos] }
+              copy.call(:past_the_end) { [IO.copy_stream(f, o, 100 << 20, data.bytesize - (3 << 19)), f.pos] }
+            end
+          end
+          expect = data[10, (3 << 20) + 7] + data[4097, (2 << 20) + 1] + data[-(3 << 19)..]
+          got << [:contents, File.binread(out) == expect]
+          r, w = IO.pipe
+          writer = spawn.call { w.write(data[0, (3 << 20) + 1]); w.close }
+          copy.call(:pipe) { [IO.copy_stream(r, out)] }
+          sleep 0.001 while writer.alive?
+          r.close
+          got << [:missing, (IO.copy_stream(File.join(dir, "none"), File.join(dir, "new")) rescue $!.class),
+                  File.exist?(File.join(dir, "new"))]
+          done = true
+        end
+        finish.call([ticker, copier])
+        [got, ran]
+      end
+      threads, = on_threads(program)
+      fibers, ran = on_fibers(program)
+      assert_equal [[:paths, data.bytesize, true], [:pathname, data.bytesize, true],
+                    [:after_a_read, (3 << 20) + 7, (3 << 20) + 17], [:at_an_offset, (2 << 20) + 1, (3 << 20) + 17],
+                    [:past_the_end, 3 << 19, (3 << 20) + 17], [:contents, true], [:pipe, (3 << 20) + 1],
+                    [:missing, Errno::ENOENT, false]], threads
+      assert_equal threads, fibers
+      assert_equal [true] * 6, ran, "the other fibers ran during each copy"
+    end
+  end
+
+  # 32. Timeout.timeout around such a copy, from a fiber: the timeout is
+  # raised. It never was: the copy ran to its end (minutes for this file
+  # on 3.1) before the fiber's timer could be looked at. (Threads are no
+  # guide here: 3.3 and 3.4 raise only after the whole copy, 3.1 at once.)
+  def test_a_timeout_stops_a_large_copy_stream
+    Dir.mktmpdir("weft-copy") do |dir|
+      huge = File.join(dir, "huge")
+      begin
+        File.open(huge, "w") { |f| f.truncate(256 << 30) } # sparse: no disk used
+      rescue SystemCallError => e
+        skip "no sparse file of 256 GiB here: #{e.message}"
+      end
+      program = lambda do |spawn, _finish|
+        got = Thread::Queue.new
+        spawn.call do
+          Timeout.timeout(0.05) { IO.copy_stream(huge, File::NULL) }
+          got << :copied
+        rescue Timeout::Error
+          got << :timeout
+        end
+        got.pop
+      end
+      assert_equal :timeout, on_fibers_within(20, "the copy went on past its timeout", program)
+    end
   end
 end
