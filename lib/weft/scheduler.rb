@@ -235,10 +235,12 @@ module Weft
   # a file download from weft serve to a fast client kept the server from
   # answering anyone else for as long. From a non-blocking fiber under
   # Weft, a copy of PIECE bytes or more is made in pieces of PIECE, and
-  # after each whole piece the other fibers get a turn (sleep(0)). Paths
-  # are opened as Ruby opens them (the source first, then the
-  # destination, created or truncated); objects that are neither an IO
-  # nor a path, and smaller copies, are Ruby's alone.
+  # after each whole piece the other fibers get a turn (sleep(0)). Each
+  # end is what Ruby makes of it (FairCopy.end_of): a Tempfile is copied
+  # through its IO at its position, a path opened as Ruby opens it (the
+  # source first, then the destination, created or truncated); objects
+  # Ruby reads or writes through their methods, and smaller copies, are
+  # Ruby's alone.
   module FairCopy
     PIECE = 1 << 20
 
@@ -248,22 +250,29 @@ module Weft
         Fiber.scheduler.is_a?(Weft::Scheduler) && !Fiber.blocking?
     end
 
-    def self.path?(arg)
-      !arg.is_a?(IO) && (arg.is_a?(String) || arg.respond_to?(:to_path))
+    # What Ruby copies from or to for +arg+: an IO (+arg+ or its to_io),
+    # :path for a file it opens itself, or nil for an object it reads or
+    # writes through its methods (left to Ruby). Ruby asks in this order.
+    def self.end_of(arg)
+      return arg if arg.is_a?(IO)
+      return nil if arg.equal?(ARGF) || !(arg.is_a?(String) || arg.respond_to?(:to_path))
+
+      IO.try_convert(arg) || :path
     end
 
     def copy_stream(src, dst, copy_length = nil, src_offset = nil)
       return super unless FairCopy.applies?(copy_length, src_offset)
-      return File.open(src, "rb") { |f| copy_stream(f, dst, copy_length, src_offset) } if FairCopy.path?(src)
-      return File.open(dst, "wb") { |f| copy_stream(src, f, copy_length, src_offset) } if FairCopy.path?(dst)
-      return super unless src.is_a?(IO) && dst.is_a?(IO)
+      return super unless (from = FairCopy.end_of(src))
+      return File.open(src, "rb") { |f| copy_stream(f, dst, copy_length, src_offset) } if from == :path
+      return super unless (to = FairCopy.end_of(dst))
+      return File.open(dst, "wb") { |f| copy_stream(from, f, copy_length, src_offset) } if to == :path
 
       total = 0
       loop do
         want = copy_length ? [copy_length - total, PIECE].min : PIECE
         break if want.zero?
 
-        n = src_offset ? super(src, dst, want, src_offset + total) : super(src, dst, want)
+        n = src_offset ? super(from, to, want, src_offset + total) : super(from, to, want)
         total += n
         break if n < want # the end of the source
 

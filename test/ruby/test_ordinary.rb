@@ -1274,8 +1274,8 @@ class TestOrdinary < Minitest::Test
   # whole copy (2 GB to /dev/null: 2.6 s on 3.1, the ticker below never
   # ran). Each form of the call copies what it copies on a thread (bytes,
   # the source's position, a destination path created, a missing source
-  # raising before the destination is made), and on fibers the others ran
-  # during every copy.
+  # raising before the destination is made, a Tempfile copied from and to
+  # at its position), and on fibers the others ran during every copy.
   def test_large_copy_streams_let_the_others_run_and_copy_as_on_threads
     Dir.mktmpdir("weft-copy") do |dir|
       src = File.join(dir, "src")
@@ -1313,6 +1313,18 @@ class TestOrdinary < Minitest::Test
           end
           expect = data[10, (3 << 20) + 7] + data[4097, (2 << 20) + 1] + data[-(3 << 19)..]
           got << [:contents, File.binread(out) == expect]
+          copy.call(:tempfiles) do # Delegators to a File: copied through to_io
+            from = Tempfile.new("from", dir, binmode: true)
+            to = Tempfile.new("to", dir, binmode: true)
+            from.write(data)
+            from.seek(1000)
+            to.write("kept")
+            n = IO.copy_stream(from, to)
+            to.flush
+            result = [n, from.pos, File.binread(to.path) == "kept#{data[1000..]}"]
+            [from, to].each(&:close!)
+            result
+          end
           r, w = IO.pipe
           writer = spawn.call { w.write(data[0, (3 << 20) + 1]); w.close }
           copy.call(:pipe) { [IO.copy_stream(r, out)] }
@@ -1329,10 +1341,11 @@ class TestOrdinary < Minitest::Test
       fibers, ran = on_fibers(program)
       assert_equal [[:paths, data.bytesize, true], [:pathname, data.bytesize, true],
                     [:after_a_read, (3 << 20) + 7, (3 << 20) + 17], [:at_an_offset, (2 << 20) + 1, (3 << 20) + 17],
-                    [:past_the_end, 3 << 19, (3 << 20) + 17], [:contents, true], [:pipe, (3 << 20) + 1],
+                    [:past_the_end, 3 << 19, (3 << 20) + 17], [:contents, true],
+                    [:tempfiles, data.bytesize - 1000, data.bytesize, true], [:pipe, (3 << 20) + 1],
                     [:missing, Errno::ENOENT, false]], threads
       assert_equal threads, fibers
-      assert_equal [true] * 6, ran, "the other fibers ran during each copy"
+      assert_equal [true] * 7, ran, "the other fibers ran during each copy"
     end
   end
 
