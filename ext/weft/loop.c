@@ -401,13 +401,32 @@ static void wait_inline(rsched *s, rwait *rw)
 
 static void wait_for(rsched *s, rwait *rw);
 
+/* $? is the thread's: a fiber that waited for its child and then for
+ * anything else (a query, a log line to a full pipe) read the status of
+ * whichever fiber's child was waited for last, where each thread reads
+ * its own. A wait that saw $? change under it puts this fiber's back, as
+ * a status of the same pid and value (Ruby has no call that sets the
+ * object itself, nor one that makes it nil again). */
+static void last_status_restore(VALUE st)
+{
+    if (NIL_P(st)) /* else a Process::Status */
+        return;
+    VALUE status = rb_funcall(st, rb_intern("to_i"), 0);
+    VALUE pid = rb_funcall(st, rb_intern("pid"), 0);
+    rb_last_status_set(NUM2INT(status), NUM2PIDT(pid));
+}
+
 /* Switch away until @rw completes and the scheduler switches back to us.
  * Meanwhile no chain runs on this fiber's account (rsched.chain). */
 void weft__rb_wait_for(rsched *s, rwait *rw)
 {
+    VALUE st = rb_last_status_get();
     s->chain = Qnil;
     wait_for(s, rw);
     s->chain = NIL_P(rw->behalf) ? rw->fiber : rw->behalf;
+    if (RB_UNLIKELY(rb_last_status_get() != st))
+        last_status_restore(st);
+    RB_GC_GUARD(st);
 }
 
 static void wait_for(rsched *s, rwait *rw)

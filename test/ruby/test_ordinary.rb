@@ -1374,4 +1374,38 @@ class TestOrdinary < Minitest::Test
       assert_equal :timeout, on_fibers_within(20, "the copy went on past its timeout", program)
     end
   end
+
+  # 33. $? after the fiber waits for something else: the status of its own
+  # last child, as each thread reads its own. $? is the thread's, so a
+  # fiber that ran a command and then waited (a query, a log line to a
+  # full pipe) read the status of whichever fiber's child ended last.
+  def test_each_fiber_reads_its_own_child_status_as_on_threads
+    program = lambda do |spawn, finish|
+      got = Thread::Queue.new
+      pipes = Array.new(3) { IO.pipe }
+      workers = Array.new(3) do |i|
+        spawn.call do
+          sleep 0.01 * i
+          case i
+          when 0 then system("exit 3")
+          when 1 then `echo out; exit 4`
+          else Process.wait(pid = Process.spawn("exit 5"))
+          end
+          pipes[i][0].read(1) # waits while the others run their children
+          got << [i, $?.exitstatus, i == 2 ? $?.pid == pid : $?.pid.positive?]
+        end
+      end
+      spawn.call do
+        sleep 0.05
+        pipes.each { |_, w| w.write("x") }
+      end
+      finish.call(workers)
+      pipes.flatten.each(&:close)
+      Array.new(3) { got.pop }.sort
+    end
+    threads = on_threads(program)
+    fibers = on_fibers(program)
+    assert_equal [[0, 3, true], [1, 4, true], [2, 5, true]], threads
+    assert_equal threads, fibers
+  end
 end
