@@ -200,6 +200,9 @@ struct rsched {
      * switched into by someone else (Fiber#resume, Fiber#raise). */
     VALUE entered;
     bool entered_chained;
+    /* A fiber of this scheduler has waited for a child (process_wait):
+     * from then on every wait keeps its fiber's $? (weft__rb_wait_for). */
+    bool child_waits;
     /* The fiber this scheduler started whose resume chain runs now (a
      * scheduled fiber, or one that it resumed, an Enumerator's): set when
      * a scheduled fiber starts or a wait ends, Qnil while a fiber is away

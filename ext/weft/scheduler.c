@@ -392,6 +392,14 @@ static VALUE s_report_set(VALUE self, VALUE v)
     return v;
 }
 
+/* _child_waits! -> nil: a fiber of this scheduler waits for a child (called
+ * by #process_wait); from now on each wait keeps its fiber's $? (loop.c,
+ * weft__rb_wait_for). */
+static VALUE s_child_waits(VALUE self)
+{
+    weft__rb_get_raw(self)->child_waits = true;
+    return Qnil;
+}
 
 /* ---- pidfd_open, #stats, Init_weft ------------------------------------- */
 
@@ -460,6 +468,7 @@ RUBY_FUNC_EXPORTED void Init_weft(void)
     rb_define_method(cScheduler, "scheduler_close", s_close, 0);
     rb_define_method(cScheduler, "closed?", s_closed_p, 0);
     rb_define_method(cScheduler, "stats", s_stats, 0);
+    rb_define_private_method(cScheduler, "_child_waits!", s_child_waits, 0);
     rb_define_singleton_method(cScheduler, "pidfd_open", s_pidfd_open, 1);
     weft__rb_init_loop(cScheduler);
     weft__rb_init_intr(cScheduler);

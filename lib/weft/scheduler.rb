@@ -27,6 +27,7 @@ module Weft
     # no pid waits for any), and that child's own Process.wait raised
     # Errno::ECHILD, where a thread's interrupted wait reaps nothing.
     def process_wait(pid, flags)
+      _child_waits! # from now on each wait keeps its fiber's $?
       fd = begin
         pid.positive? && (flags & ~Process::WNOHANG).zero? ? self.class.pidfd_open(pid) : nil
       rescue SystemCallError
