@@ -160,6 +160,9 @@ typedef struct fdinfo {
      * A fresh connection's first read and write stay system calls: its
      * request is usually there already and its answer goes out at once. */
     uint8_t waited;
+    /* A terminal (asked once, with the IO's kind): a larger write to a
+     * blocking one waits on the offload pool (transfer.c). */
+    uint8_t tty;
 } fdinfo;
 
 /* A Weft::Scheduler (the TypedData of scheduler.c). */

@@ -252,8 +252,7 @@ static enum xstep xfer_syscall(struct xfer *x)
          * by one fiber and read by another hung the process, where
          * threads wrote and read it all). The fiber waits for the write
          * on the offload pool instead. */
-        if (x->op == OP_WRITE && max > 1 && x->deadline != 0 &&
-            x->kind == WEFT__FD_OTHER && isatty(fd))
+        if (x->op == OP_WRITE && max > 1 && x->deadline != 0 && x->s->fdi[fd].tty)
             return xfer_offload(x);
         /* Writable means room for PIPE_BUF bytes: a larger write to a
          * blocking pipe or FIFO (stdout to a slow reader, a FIFO opened

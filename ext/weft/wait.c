@@ -7,6 +7,7 @@
 #include "rsched.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 #include <math.h>
 
 static VALUE eIOTimeout;
@@ -97,6 +98,7 @@ fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io)
             s->fdi[i].w_owner = Qnil;
             s->fdi[i].w_waiters = (weft__list){NULL, NULL};
             s->fdi[i].waited = 0;
+            s->fdi[i].tty = 0;
         }
         s->nfdi = n;
     }
@@ -121,12 +123,13 @@ fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io)
          * socket's O_NONBLOCK is never consulted (its transfers use
          * MSG_DONTWAIT): the fstat and the fcntl are two system calls per
          * accepted connection that a server under churn would pay. */
+        fi->tty = 0;
         if (is_socket_object(io)) {
             s->r.fds[fd].kind = WEFT__FD_SOCKET;
         } else {
-            (void)weft__fd_kind(&s->r, fd);
             int fl = fcntl(fd, F_GETFL);
             s->r.fds[fd].nonblock = fl >= 0 && (fl & O_NONBLOCK);
+            fi->tty = weft__fd_kind(&s->r, fd) == WEFT__FD_OTHER && isatty(fd);
         }
     }
     return fi;
