@@ -18,6 +18,7 @@ have_func("rb_io_descriptor", "ruby/io.h") or abort "weft: needs rb_io_descripto
 
 have_func("rb_io_timeout", "ruby/io.h") # Ruby >= 3.2: IO#timeout
 have_func("rb_io_path", "ruby/io.h") # Ruby >= 3.2
+have_func("rb_postponed_job_preregister", "ruby/debug.h") # Ruby >= 3.3
 
 $INCFLAGS << " -I#{src} -I#{inc}"
 $CFLAGS << " -std=gnu11 -fvisibility=hidden -Wall -Wno-unused-parameter"

@@ -169,6 +169,8 @@ typedef struct fdinfo {
 struct rsched {
     weft__reactor r;           /* the reactor, live while r_live          */
     VALUE thread;              /* the owner thread (bound at first use)   */
+    pthread_t tid;             /* its native thread (the stall watchdog
+                                * signals it)                            */
     VALUE loop_fiber;          /* the fiber running the loop, or Qnil     */
     weft__list all;            /* rwait.anode: every wait               */
     weft__list ready;          /* rwait.rnode: completed, to dispatch    */
@@ -391,6 +393,8 @@ void weft__rb_init_dump(VALUE klass);
 void weft__rb_init_stall(VALUE klass); /* stall.c */
 /* Stalls the watchdog has detected so far (stall.c). */
 uint64_t weft__rb_stall_count(const rsched *s);
+/* Marks what the stall watchdog took during a stall (stall.c). */
+void weft__rb_stall_mark(const rsched *s);
 void weft__rb_stats_health(rsched *s, VALUE h);
 
 /* The fiber @f now runs (a switch, or the loop back from the backend):

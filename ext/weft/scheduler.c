@@ -58,6 +58,7 @@ static void s_mark(void *p)
     rb_gc_mark_movable(s->chain);
     rb_gc_mark_movable(s->lw_fiber);
     rb_gc_mark_movable(s->oncpu);
+    weft__rb_stall_mark(s);
     /* The fibers this scheduler started, and their blocks (#dump lists
      * them): pinned, they are keys. */
     if (s->own)
@@ -242,6 +243,7 @@ static void rebind(rsched *s, VALUE cur)
                  "Weft::Scheduler used from a thread that does not own it");
     remake_reactor(s, false, "weft: reactor setup in the scheduler's thread");
     s->thread = cur;
+    s->tid = pthread_self();
 }
 
 /* Scheduler for a hook call: on the owner thread (bound at first use). */
@@ -309,6 +311,7 @@ static VALUE s_initialize(int argc, VALUE *argv, VALUE self)
     s->backend = b;
     s->r_live = true;
     s->thread = rb_thread_current();
+    s->tid = pthread_self();
     weft__rb_sched_register(s);
     return self;
 }

@@ -83,24 +83,32 @@ module Weft
           $stderr.write("weft: stall over: #{@stall_label} ran about #{Dump.duration(ran)} without yielding\n") if reported == seq
           next
         end
-        fiber = _stall_fiber(seq) # false: the loop's own code
-        next if fiber.nil? # it switched meanwhile: no stall any more
+        # Taken in the stall by the loop thread itself (stall.c), or, when
+        # the loop let the GVL go without that, from here while it lasts.
+        fiber, trace, label = _stall_taken(seq)
+        if trace.nil?
+          fiber = _stall_fiber(seq) # false: the loop's own code
+          next if fiber.nil? # it switched meanwhile: no stall any more
 
-        trace = _thread.backtrace
-        trace = nil unless _stall_fiber(seq) # taken after the stall ended
+          trace = _thread.backtrace
+          trace = nil unless _stall_fiber(seq) # taken after the stall ended
+        end
         if Weft.clock < quiet_until
           suppressed += 1
           next
         end
         quiet_until = Weft.clock + STALL_REPORT_INTERVAL
         reported = seq
-        @stall_label = fiber ? Dump.label(self, fiber) : "the loop"
+        @stall_label = label || _stall_label(fiber)
         $stderr.write(stall_report(fiber, ran, trace, suppressed))
         suppressed = 0
       end
     rescue Exception # rubocop:disable Lint/RescueException
       nil # killed, or the process is exiting
     end
+
+    # What a stall report calls +fiber+ (false: the loop's own code).
+    def _stall_label(fiber) = fiber ? Dump.label(self, fiber) : "the loop"
 
     def stall_report(fiber, ran, trace, suppressed)
       head = "weft: stall: #{@stall_label} has run #{Dump.duration(ran)} without yielding " \

@@ -185,6 +185,33 @@ class TestDump < Minitest::Test
     assert_equal 1, stats[:stalls]
   end
 
+  # A stall that ends before Ruby's time slice would hand the watchdog
+  # the GVL (100 ms) is reported all the same, with the backtrace and the
+  # name it had during the stall: the loop thread takes them itself when
+  # the watchdog asks. Here the fiber stops as soon as the stall is
+  # counted, after one system call (on whose way back its thread takes
+  # the watchdog's signal) and a few loop turns.
+  def test_a_stall_shorter_than_ruby_s_time_slice_is_reported_with_its_backtrace
+    lines = nil
+    capture_stderr do |cap|
+      weft(stall_ms: 20) do |s|
+        first = __LINE__ + 1
+        Weft.spawn(name: "short") do
+          spin_on_purpose(30) { s.stats[:stalls] == 1 }
+          File.stat(__FILE__)
+          i = 0
+          i += 1 while i < 100
+        end
+        lines = first..(__LINE__ - 1)
+        eventually("the end of the stall noted") { cap.string.include?("weft: stall over:") }
+      end
+      text = cap.string
+      assert_equal 1, text.scan(/^weft: stall: /).size, text
+      assert_match(/^weft: stall: fiber 0x\h+ \(task "short"\) has run [\d.]+ \S+ without yielding \(stall_ms 20, pid #{Process.pid}\)\n  spawned at #{Regexp.escape(__FILE__)}:#{lines.first}\n  backtrace during the stall:\n    #{Regexp.escape(__FILE__)}:(#{lines.to_a.join("|")}):in /, text)
+      assert_match(/^weft: stall over: fiber 0x\h+ \(task "short"\) ran about /, text)
+    end
+  end
+
   def test_stall_detection_is_off_by_default_and_can_be_turned_off
     capture_stderr do |cap|
       weft do |s|
