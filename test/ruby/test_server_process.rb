@@ -148,6 +148,54 @@ class TestServerProcess < Minitest::Test
     assert_equal 0, wait_exit(pid).exitstatus
   end
 
+  # The README's observability example, run as the README tells: its
+  # config.ru (the block after "A small app (`config.ru`)"), served with
+  # the command its text gives, an upstream that accepts and stays
+  # silent, the three requests, then the dump signal. Only the two ports
+  # change (any free one). What the README says of the output must hold:
+  # the checksum's stall is reported with its name and the app's lines,
+  # and the dump shows the slow report asleep at config.ru:9 and the
+  # quote waiting on its upstream socket at config.ru:12.
+  def test_the_readme_observability_example_as_written
+    readme = File.read(File.expand_path("../../README.md", __dir__))
+    app = readme[/A small app \(`config\.ru`\).*?\n```\n(.*?)\n```\n/m, 1]
+    command = readme[/Served with `(weft serve [^`]*)`/, 1]
+    refute_nil app, "README: the observability example's config.ru"
+    refute_nil command, "README: the command that serves it"
+    assert_includes app, "127.0.0.1:9400"
+    assert_includes command, "-p 9292"
+    upstream = TCPServer.new("127.0.0.1", 0) # accepts (in the kernel) and never answers
+    write_config(app.sub("127.0.0.1:9400", "127.0.0.1:#{upstream.addr[1]}") + "\n")
+    args = command.split.drop(2).map { |a| a == "9292" ? "0" : a }
+    pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", *args)
+    slow = %w[/report /quote].map { |path| Thread.new { http_get(port, path) rescue $! } }
+    checksum = http_get(port, "/checksum")
+    assert_equal ["200", "#{(1..3_000_000).reduce(0) { |sum, i| (sum * 31 + i) % 1_000_003 }}\n"],
+                 [checksum.code, checksum.body]
+    stall = wait_for_log(/^weft: stall: .*?^weft: stall over: .*?\n/m)[0]
+    assert_match(/\Aweft: stall: fiber 0x\h+ "connection from 127\.0\.0\.1, request 1 GET \/checksum" has run [\d.]+ ms without yielding \(stall_ms 50, pid #{pid}\)\n  spawned at \S+\/lib\/weft\/server\.rb:\d+\n  backtrace during the stall:\n/, stall)
+    assert_match(/^    \S*config\.ru:4:in .*reduce'\n/, stall)
+    assert_match(/^    \S*config\.ru:15:in /, stall)
+    # Until both slow requests are waiting where the README says (they
+    # may still be on their way in when the first dump is taken).
+    dump = nil
+    10.times do |i|
+      Process.kill("QUIT", pid)
+      dump = wait_for_log(/^weft dump: pid #{pid}, .*?^end of dump \(\d+ fiber\(s\)\)$/m, count: i + 1)[0]
+      break if dump.include?("GET /report") && dump.include?("GET /quote") && dump =~ /GET \/quote" waiting .* on io_wait/
+      sleep 0.1
+    end
+    assert_match(/^fiber 0x\h+ "connection from 127\.0\.0\.1, request 1 GET \/report" waiting \S+ \S+ on sleep, deadline in \S+ \S+\n  spawned at .*\n(    .*\n)*?    \S*config\.ru:9:in /, dump)
+    assert_match(/^fiber 0x\h+ "connection from 127\.0\.0\.1, request 1 GET \/quote" waiting \S+ \S+ on io_wait readable fd \d+ #<\w*Socket:fd \d+[^>]*> to 127\.0\.0\.1:#{upstream.addr[1]}, deadline in \S+ \S+\n  spawned at .*\n(    .*\n)*?    \S*config\.ru:12:in /, dump)
+    assert_match(/^fiber 0x\h+ "accept loop on tcp:\/\/127\.0\.0\.1:#{port}" waiting /, dump)
+    assert_match(/^loop: \d+ polls, busy [\d.]+ s, waiting [\d.]+ s in the backend; .* stalls 1$/, dump)
+    Process.kill("KILL", pid)
+    wait_exit(pid)
+    slow.each(&:join)
+  ensure
+    upstream&.close
+  end
+
   def test_weft_serve_quiet_and_bad_bind
     write_config
     pid, port = spawn_server(RbConfig.ruby, WEFT, "serve", "-q", "-p", "0")
