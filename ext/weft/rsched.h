@@ -350,6 +350,12 @@ int64_t weft__rb_to_deadline(VALUE t);
 /* The same, with a negative number meaning "do not wait" (the timeouts
  * of Thread#join and Queue#pop/#push, which the block hook gets). */
 int64_t weft__rb_to_deadline_or_now(VALUE t);
+/* The same for sleep, IO.select and IO#wait, whose thread versions take
+ * their timeout through rb_time_interval: what it refuses as too large
+ * (Infinity, 1e20, a Bignum) raises its RangeError here too, where
+ * weft__rb_to_deadline makes anything past 9e9 s "forever" (as the
+ * timeouts of Thread#join and Queue#pop do on threads). */
+int64_t weft__rb_to_interval_deadline(VALUE t);
 int weft__rb_io_fd(VALUE io);
 fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io);
 int weft__rb_poll_now(int fd, int events);

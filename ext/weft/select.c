@@ -129,7 +129,7 @@ static VALUE s_io_select(int argc, VALUE *argv, VALUE self)
 {
     rb_check_arity(argc, 1, 4);
     rsched *s = weft__rb_get_sched(self);
-    int64_t deadline = weft__rb_to_deadline(argc > 3 ? argv[3] : Qnil);
+    int64_t deadline = weft__rb_to_interval_deadline(argc > 3 ? argv[3] : Qnil);
     VALUE keep = rb_ary_new(); /* the objects, whatever happens to the sets */
     for (int k = 0; k < 3 && k < argc; k++) {
         if (NIL_P(argv[k]))

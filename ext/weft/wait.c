@@ -38,6 +38,13 @@ int64_t weft__rb_to_deadline(VALUE t)
     return weft_deadline_in((int64_t)(d * 1e9));
 }
 
+int64_t weft__rb_to_interval_deadline(VALUE t)
+{
+    if (RB_TYPE_P(t, T_BIGNUM) || (RB_FLOAT_TYPE_P(t) && !(RFLOAT_VALUE(t) <= 9.0e9)))
+        (void)rb_time_interval(t);
+    return weft__rb_to_deadline(t);
+}
+
 int64_t weft__rb_to_deadline_or_now(VALUE t)
 {
     if ((RB_INTEGER_TYPE_P(t) || RB_FLOAT_TYPE_P(t)) && NUM2DBL(t) < 0)
@@ -224,7 +231,7 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
         rb_raise(rb_eArgError, "io_wait: no events requested");
     bool io_tmo = false;
     int64_t deadline = NIL_P(timeout) ? weft__rb_io_timeout_deadline(io, &io_tmo)
-                                      : weft__rb_to_deadline(timeout);
+                                      : weft__rb_to_interval_deadline(timeout);
     VALUE cur = rb_fiber_current();
     if (!weft__list_empty(&s->intrs))
         weft__rb_deliver_interrupts(s, cur);
@@ -331,7 +338,7 @@ static VALUE s_kernel_sleep(int argc, VALUE *argv, VALUE self)
 {
     rb_check_arity(argc, 0, 1);
     rsched *s = weft__rb_get_sched(self);
-    int64_t deadline = weft__rb_to_deadline(argc ? argv[0] : Qnil);
+    int64_t deadline = weft__rb_to_interval_deadline(argc ? argv[0] : Qnil);
     rwait rw;
     if (deadline == 0) {
         weft__rb_rw_begin_yield(s, &rw, WAIT_SLEEP); /* sleep(0): just yield */

@@ -618,6 +618,13 @@ class TestOrdinary < Minitest::Test
       "wait_readable(-1)" => -> { r, = IO.pipe; r.wait_readable(-1) },
       "wait_writable('x')" => -> { _, w = IO.pipe; w.wait_writable("x") },
       "mutex.sleep(-1)" => -> { m = Mutex.new; m.synchronize { m.sleep(-1) } },
+      # Too large for a time interval: RangeError, not a sleep for ever.
+      "sleep(Infinity)" => -> { sleep(Float::INFINITY) },
+      "sleep(1e20)" => -> { sleep(1e20) },
+      "sleep(2**64)" => -> { sleep(2**64) },
+      "select(Infinity)" => -> { r, = IO.pipe; IO.select([r], nil, nil, Float::INFINITY) },
+      "wait_readable(1e20)" => -> { r, = IO.pipe; r.wait_readable(1e20) },
+      "mutex.sleep(2**64)" => -> { m = Mutex.new; m.synchronize { m.sleep(2**64) } },
     }
     # Ruby 3.1 drops Thread#join's timeout under any scheduler (fixed in
     # 3.2; weft's Thread#join gives it back); Queue timeouts are 3.2's.
@@ -637,6 +644,7 @@ class TestOrdinary < Minitest::Test
     Weft.run { cases.each { |name, c| Fiber.schedule { fibers[name] = outcome.call(c) } } }
     assert_equal threads, fibers
     assert_equal "ArgumentError: time interval must not be negative", threads["sleep(-1)"]
+    assert_equal "RangeError: Inf out of Time range", threads["sleep(Infinity)"]
   end
 
   # 15. IO#sysread with nothing to read yet waits, as on a thread. Ruby
