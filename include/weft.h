@@ -760,7 +760,10 @@ int weft_sched_set_stall(weft_sched_t *s, int64_t ms, weft_stall_fn cb,
  * @param events a non-empty mask of WEFT_READABLE, WEFT_PRIORITY, WEFT_WRITABLE.
  *
  * @return the ready events (a positive mask, which may include WEFT_ERROR
- * and WEFT_HANGUP) — at once if @p fd is ready now — or -ETIMEDOUT,
+ * and WEFT_HANGUP; after an error or a hang-up it holds WEFT_READABLE and
+ * WEFT_WRITABLE if asked for, since neither would block, but
+ * WEFT_PRIORITY only when priority data is there) — at once if @p fd is
+ * ready now — or -ETIMEDOUT,
  * -ECANCELED, -EBADF (bad @p fd, or @p fd closed with weft_close() while
  * waiting), -EINVAL, -EPERM outside a fiber.
  */

@@ -20,9 +20,18 @@
 enum { SEL_R, SEL_W, SEL_E };
 static const uint32_t sel_events[3] = {WEFT_READABLE, WEFT_WRITABLE, WEFT_PRIORITY};
 
+/* What makes an entry of each set ready, as select(2) has it (the
+ * kernel's POLLIN_SET, POLLOUT_SET, POLLEX_SET): a hang-up makes a
+ * descriptor readable, an error readable and writable, and only priority
+ * data exceptional. */
+static const short sel_ready_on[3] = {POLLIN | POLLRDHUP | POLLHUP | POLLERR,
+                                      POLLOUT | POLLERR, POLLPRI};
+
 struct selent {
     VALUE obj, io;
     int fd, set;
+    bool mute; /* not ready, and polling it would wake at once (a hang-up
+                  or an error that this set does not count): not waited on */
 };
 
 struct select_arg {
@@ -68,8 +77,10 @@ static VALUE sel_ready(struct select_arg *a)
         ;
     int err = rc < 0 ? errno : 0;
     for (long i = 0; i < n && !err; i++) {
-        bool ready = pfd[i].revents != 0;
-        if (pfd[i].revents & POLLNVAL)
+        short rev = pfd[i].revents;
+        bool ready = (rev & sel_ready_on[a->e[i].set]) != 0;
+        a->e[i].mute = !ready && (rev & (POLLHUP | POLLERR));
+        if (rev & POLLNVAL)
             err = EBADF;
         if (!ready && a->e[i].set == SEL_R) {
             rb_io_t *fptr;
@@ -102,6 +113,8 @@ static VALUE sel_wait_body(VALUE p)
     rsched *s = a->s;
     for (long i = 0; i < a->n; i++) {
         weft__wait *w = &a->subs[i];
+        if (a->e[i].mute)
+            continue;
         weft__rb_fd_prepare(s, a->e[i].fd, a->e[i].io);
         weft__wait_init(w, &s->r, sel_sub_wake, a->rw);
         int rc = weft__wait_arm_fd(w, a->e[i].fd, sel_events[a->e[i].set]);

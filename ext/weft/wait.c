@@ -142,15 +142,17 @@ fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io)
     return fi;
 }
 
-/* Readiness right now (zero-timeout poll): the mask of @events ready, with
- * every requested event reported on error/hang-up; -EBADF if invalid. */
+/* Readiness right now (zero-timeout poll), as weft__rb_wait_fd answers;
+ * 0 if nothing is, -EBADF if the descriptor is invalid. */
 int weft__rb_poll_now(int fd, int events)
 {
-    int rc = weft__ready_now(fd, (uint32_t)events);
-    return rc > 0 ? rc & events : rc;
+    return weft__ready_now(fd, (uint32_t)events);
 }
 
-/* Wait until @fd is ready for @events or @deadline: ready mask or -errno. */
+/* Wait until @fd is ready for @events or @deadline: what it is ready for
+ * (weft__ev_answer: after an error or a hang-up, also WEFT_ERROR /
+ * WEFT_HANGUP, and readable and writable if asked for, but priority data
+ * only when it is there), or -errno. */
 int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline)
 {
     rwait rw;
@@ -160,12 +162,7 @@ int weft__rb_wait_fd(rsched *s, int fd, int events, int64_t deadline)
         rc = weft__wait_arm_fd(&rw.w, fd, (uint32_t)events);
     if (rc < 0)
         weft__wait_complete(&rw.w, rc);
-    rc = weft__rb_rw_wait(s, &rw, false);
-    if (rc > 0 && (rc & (WEFT_ERROR | WEFT_HANGUP)))
-        rc = events;
-    else if (rc > 0)
-        rc &= events;
-    return rc;
+    return weft__rb_rw_wait(s, &rw, false);
 }
 
 /* ---- io_wait, IO#timeout, io_close ---------------------------------------- */
@@ -290,8 +287,12 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
                 rb_jump_tag(state);
         }
     }
+    /* The events asked for that are ready; 0 for a descriptor that hung
+     * up or failed when only priority data was asked for, which a
+     * thread's poll(2) answers the same way (POLLHUP, no POLLPRI): Ruby
+     * then returns false at once. */
     if (rc > 0)
-        return INT2NUM(rc);
+        return INT2NUM(rc & ev);
     /* The IO's own timeout passed (no explicit one was given): raise, as
      * Ruby does for its own blocking calls without a scheduler (and as
      * Async does); an explicit timeout is the caller's to handle. */

@@ -51,13 +51,14 @@ static inline uint32_t weft__poll_to_ev(unsigned rev)
 
 /* What a waiter for @want learns from the events @avail that occurred:
  * the ones it asked for, and after an error or a hang-up every one it asked
- * for (no operation would block any more) plus those two bits; 0 if it
- * asked for nothing. */
+ * for but priority data (no read or write would block any more; priority
+ * data is there only when POLLPRI says so, as select(2)'s exceptional set
+ * has it) plus those two bits; 0 if it asked for nothing. */
 static inline uint32_t weft__ev_answer(uint32_t want, uint32_t avail)
 {
     uint32_t problems = avail & (WEFT_ERROR | WEFT_HANGUP);
     if (problems && want)
-        return want | problems;
+        return (want & ~(uint32_t)WEFT_PRIORITY) | (want & avail) | problems;
     return want & avail;
 }
 

@@ -106,6 +106,13 @@ static void *body(void *arg)
     /* hang-up is reported by readiness waits, no busy loop */
     int ev = weft_wait_fd(raw[0], WEFT_READABLE, WEFT_FOREVER);
     CHECK(ev > 0 && (ev & WEFT_READABLE));
+    /* ... with readable (a read would not block) but not priority data,
+     * which only POLLPRI reports: a wait for priority data alone ends
+     * with the hang-up only */
+    ev = weft_wait_fd(raw[0], WEFT_READABLE | WEFT_PRIORITY, WEFT_FOREVER);
+    CHECK(ev > 0 && (ev & WEFT_READABLE) && (ev & WEFT_HANGUP) && !(ev & WEFT_PRIORITY));
+    ev = weft_wait_fd(raw[0], WEFT_PRIORITY, weft_deadline_in(5000000000));
+    CHECK_EQ(ev, WEFT_HANGUP);
     CHECK_EQ(weft_close(raw[0]), 0);
 
     /* EPIPE instead of SIGPIPE (the disposition is the default: a signal

@@ -988,6 +988,36 @@ class TestOrdinary < Minitest::Test
   # object with #to_ary is no Array either. The scheduler converted the
   # sets with to_ary: such an object was taken, and a socket raised
   # another message.
+  # A socket whose peer closed is readable (end of file) but has no
+  # priority data: on a thread IO.select leaves it out of the third set
+  # (a select on that set alone times out) and wait_priority answers
+  # false at once. Under weft a hang-up counted as every event asked for,
+  # priority data too: the third set held it, and a loop around such a
+  # select would spin.
+  def test_a_closed_peer_is_no_priority_data_as_on_threads
+    require "io/wait"
+    probe = lambda do
+      a, b = UNIXSocket.pair
+      b.close
+      r, w = IO.pipe
+      r.close
+      show = ->(x) { x.is_a?(Array) ? x.map { |set| set.map { |io| io.equal?(a) ? :a : io.equal?(w) ? :w : io } } : x.inspect }
+      out = [show.(IO.select([a], nil, [a], 5)),
+             show.(IO.select(nil, nil, [a], 0.05)),
+             show.(a.wait_priority(5)),
+             show.(a.wait_readable(5).equal?(a)),
+             show.(IO.select(nil, [w], [w], 5))]
+      out << show.(a.wait(IO::PRIORITY, 5)) << show.(a.wait(IO::READABLE | IO::PRIORITY, 5)) if RUBY_VERSION >= "3.2"
+      [a, w].each(&:close)
+      out
+    end
+    on_thread = Thread.new { probe.call }.value
+    on_fiber = nil
+    Weft.run { Fiber.schedule { on_fiber = probe.call } }
+    assert_equal on_thread, on_fiber
+    assert_equal [[:a], [], []], on_thread[0]
+  end
+
   def test_io_select_takes_arrays_only_as_on_threads
     r, w = IO.pipe
     w.write("x")
