@@ -156,8 +156,12 @@ static VALUE s_io_write(int argc, VALUE *argv, VALUE self)
  * prepends this to BasicSocket), from a non-blocking fiber under weft,
  * the pieces (each converted with to_s, as IO#write does) are joined and
  * written by one IO#write call. Up to WHOLE_MAX bytes: past that a copy
- * costs more than the extra segment, and the pieces go as before. Pieces
- * whose encodings cannot be joined go as before too. */
+ * costs more than the extra segment, and the pieces go as before. A
+ * socket that converts nothing on write (Ruby's sockets are binary) gets
+ * the pieces' bytes as they are, whatever their encodings, as writev(2)
+ * gets them on a thread (a binary header and a UTF-8 text make one
+ * datagram); one with a write conversion (set_encoding) gets them joined
+ * as strings, or as before if their encodings cannot be joined. */
 enum { WHOLE_MAX = 1 << 20 };
 
 static VALUE whole_write(int argc, VALUE *argv, VALUE self)
@@ -172,7 +176,18 @@ static VALUE whole_write(int argc, VALUE *argv, VALUE self)
         total += RSTRING_LEN(str);
     }
     VALUE joined = Qnil;
-    if (total <= WHOLE_MAX) {
+    rb_io_t *fptr;
+    RB_IO_POINTER(self, fptr);
+    bool raw = (fptr->encs.enc == NULL || fptr->encs.enc == rb_ascii8bit_encoding()) &&
+               !(fptr->encs.ecflags & (ECONV_DECORATOR_MASK | ECONV_STATEFUL_DECORATOR_MASK));
+    if (total <= WHOLE_MAX && raw) {
+        joined = rb_str_buf_new(total);
+        rb_enc_associate(joined, rb_ascii8bit_encoding());
+        for (int i = 0; i < argc; i++) {
+            VALUE str = RARRAY_AREF(parts, i);
+            rb_str_buf_cat(joined, RSTRING_PTR(str), RSTRING_LEN(str));
+        }
+    } else if (total <= WHOLE_MAX) {
         joined = rb_str_buf_new(total);
         rb_enc_copy(joined, RARRAY_AREF(parts, 0));
         for (int i = 0; i < argc; i++) {

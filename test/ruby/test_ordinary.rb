@@ -1259,7 +1259,10 @@ class TestOrdinary < Minitest::Test
           a.puts("line #{i}")
           a.write("w", i, :x, "\n")
           a.print("p#{i}\n")
-          got << [i, Array.new(3) { b.recv(100) }]
+          # A binary header and UTF-8 text (encodings that cannot be
+          # joined as strings): still one message, as writev(2) sends it.
+          a.write([i, 0xBEEF].pack("n*"), "na\u00efve")
+          got << [i, Array.new(4) { b.recv(100) }]
         end
       end
       finish.call(workers)
@@ -1268,7 +1271,7 @@ class TestOrdinary < Minitest::Test
       result
     end
     threads = on_threads(program)
-    assert_equal Array.new(4) { |i| [i, ["line #{i}\n", "w#{i}x\n", "p#{i}\n"]] }, threads
+    assert_equal Array.new(4) { |i| [i, ["line #{i}\n", "w#{i}x\n", "p#{i}\n", [i, 0xBEEF].pack("n*") + "na\u00efve".b]] }, threads
     assert_equal threads, on_fibers(program)
   end
 
