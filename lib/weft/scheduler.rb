@@ -666,6 +666,77 @@ module Weft
 end
 
 module Weft
+  # Ractor#take, Ractor.receive (.recv, .receive_if), Ractor.yield and
+  # Ractor.select wait without calling any scheduler hook: in a fiber the
+  # wait held the whole thread, so a message that another fiber of the
+  # thread would send or take never came, and
+  #
+  #   Weft.run do
+  #     Fiber.schedule { r.take }
+  #     Fiber.schedule { r.send(21) }
+  #   end
+  #
+  # hung where two threads finish. From a non-blocking fiber under Weft
+  # these calls run on a helper thread of the same Ractor while the fiber
+  # waits for it, as a FIFO's open does (FifoOpens). When the fiber's wait
+  # ends early (a timeout) the helper is killed, which interrupts its
+  # wait, and joined: until it has ended, a take of the same Ractor from
+  # this one raises "Already another thread of same ractor is waiting".
+  module RactorWaits
+    def self.away?
+      !Fiber.blocking? && Fiber.scheduler.is_a?(Weft::Scheduler)
+    end
+
+    def self.on_thread
+      thread = Thread.new do
+        Thread.current.name = "weft ractor wait" # named in #dump
+        Thread.current.report_on_exception = false
+        yield
+      end
+      thread.value
+    ensure
+      thread.kill.join if thread&.alive?
+    end
+
+    # Ractor#take.
+    module Take
+      def take
+        RactorWaits.away? ? RactorWaits.on_thread { super } : super
+      end
+    end
+
+    # Ractor.receive, .recv, .receive_if, .yield and .select.
+    module Class
+      def receive
+        RactorWaits.away? ? RactorWaits.on_thread { super } : super
+      end
+
+      def recv
+        RactorWaits.away? ? RactorWaits.on_thread { super } : super
+      end
+
+      def receive_if(&block)
+        RactorWaits.away? ? RactorWaits.on_thread { super(&block) } : super(&block)
+      end
+
+      def yield(*args, **options)
+        RactorWaits.away? ? RactorWaits.on_thread { super(*args, **options) } : super(*args, **options)
+      end
+
+      def select(*ractors, **options)
+        RactorWaits.away? ? RactorWaits.on_thread { super(*ractors, **options) } : super(*ractors, **options)
+      end
+    end
+  end
+  private_constant :RactorWaits
+
+  if defined?(Ractor)
+    Ractor.prepend(RactorWaits::Take)
+    Ractor.singleton_class.prepend(RactorWaits::Class)
+  end
+end
+
+module Weft
   # Ruby 3.1's Mutex#sleep under a scheduler unlocks the mutex, calls the
   # kernel_sleep hook and locks it again only when the hook returns: an
   # exception raised in the wait (a Timeout, Weft::Stop, Fiber#raise) left

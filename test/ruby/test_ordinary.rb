@@ -1018,6 +1018,44 @@ class TestOrdinary < Minitest::Test
     assert_equal [[:a], [], []], on_thread[0]
   end
 
+  # Ractor#take, Ractor.receive, Ractor.select and Ractor.yield wait
+  # without a hook: a fiber waiting there held the thread, and the fiber
+  # that would send (or take) never ran (a hang, on every Ruby). In a
+  # child: a process with a Ractor stays in multi-Ractor mode.
+  def test_ractor_waits_let_the_other_fibers_run_as_on_threads
+    out, status = ruby_child(<<~'RUBY')
+      require "weft"
+      require "timeout"
+      Warning[:experimental] = false
+      def run(mode, bodies)
+        return bodies.map { |b| Thread.new(&b) }.map(&:value) if mode == :threads
+
+        out = []
+        Weft.run { bodies.each_with_index { |b, i| Fiber.schedule { out[i] = b.call } } }
+        out
+      end
+      cases = {
+        take: -> { d = Ractor.new { Ractor.yield(Ractor.receive * 2) }
+                   [-> { d.take }, -> { sleep 0.01; d.send(21); :sent }] },
+        receive: -> { e = Ractor.new(Ractor.current) { |main| main.send(Ractor.receive + 1) }
+                      [-> { Ractor.receive }, -> { sleep 0.01; e.send(9); :fed }] },
+        select: -> { e = Ractor.new { Ractor.yield(Ractor.receive) }
+                     [-> { r, v = Ractor.select(e); [r == e, v] }, -> { sleep 0.01; e.send(7); :fed }] },
+        yield: -> { t = Ractor.new(Ractor.current) { |main| main.take }
+                    [-> { Ractor.yield(:from_main); :yielded }, -> { t.take }] },
+        timeout: -> { d = Ractor.new { Ractor.yield(Ractor.receive) }
+                      [-> { r = (Timeout.timeout(0.05) { d.take } rescue $!.class); d.send(5); [r, d.take] }] },
+      }
+      cases.each { |name, make| p [name, run(:threads, make.call), run(:fibers, make.call)] }
+    RUBY
+    assert status.success?, out
+    lines = out.lines.map { |l| eval(l) } # rubocop:disable Security/Eval
+    assert_equal %i[take receive select yield timeout], lines.map(&:first), out
+    lines.each { |name, threads, fibers| assert_equal threads, fibers, name }
+    assert_equal [42, :sent], lines[0][1]
+    assert_equal [[Timeout::Error, 5]], lines[4][2]
+  end
+
   def test_io_select_takes_arrays_only_as_on_threads
     r, w = IO.pipe
     w.write("x")
