@@ -169,6 +169,8 @@ typedef struct fdinfo {
 struct rsched {
     weft__reactor r;           /* the reactor, live while r_live          */
     VALUE thread;              /* the owner thread (bound at first use)   */
+    int hot_fd;                /* the descriptor last prepared (its IO is
+                                * kept alive: scheduler.c, fd_held)       */
     pthread_t tid;             /* its native thread (the stall watchdog
                                 * signals it)                            */
     VALUE loop_fiber;          /* the fiber running the loop, or Qnil     */

@@ -31,6 +31,23 @@ static int mark_own_value(st_data_t k, st_data_t v, st_data_t arg)
     return ST_CONTINUE;
 }
 
+/* Whether the IO last seen on @fd is kept alive: one with waiters or a
+ * writer holding the descriptor (their waits end with it, and the sweep
+ * and the dump ask it), or the one the current hook is about to wait on
+ * (fd_prepare, then its wait: an allocation between them may collect).
+ * Any other is forgotten at each collection, and its descriptor is
+ * classified again when next seen: keeping it kept every IO a fiber had
+ * touched, so its descriptor too, open until the scheduler ended (2,000
+ * `File.open(path).read` in a fiber left 2,000 files open after
+ * GC.start, where a thread leaves none). Another thread's collection may
+ * read the wait lists while the loop reaps without the GVL; the loop
+ * only removes waits there, so "none" is never wrong. */
+static bool fd_held(const rsched *s, int fd)
+{
+    return fd == s->hot_fd || !NIL_P(s->fdi[fd].w_owner) ||
+           (s->r_live && fd < s->r.nfds && !weft__list_empty(&s->r.fds[fd].waits));
+}
+
 static void s_mark(void *p)
 {
     rsched *s = p;
@@ -47,7 +64,10 @@ static void s_mark(void *p)
         rb_gc_mark_movable(ri->exc);
     }
     for (int i = 0; i < s->nfdi; i++) {
-        rb_gc_mark_movable(s->fdi[i].io);
+        if (fd_held(s, i))
+            rb_gc_mark_movable(s->fdi[i].io);
+        else
+            s->fdi[i].io = Qnil;
         rb_gc_mark_movable(s->fdi[i].w_owner);
     }
     rb_gc_mark_movable(s->first_error);
@@ -153,6 +173,7 @@ static VALUE s_alloc(VALUE klass)
     s->fatal = Qnil;
     s->lw_fiber = Qnil;
     s->lw_fd = -1;
+    s->hot_fd = -1;
     s->ea_fiber = Qnil;
     s->sw_fiber = Qnil;
     s->nw_fiber = Qnil;

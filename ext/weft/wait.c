@@ -110,6 +110,7 @@ fdinfo *weft__rb_fd_prepare(rsched *s, int fd, VALUE io)
         s->nfdi = n;
     }
     fdinfo *fi = &s->fdi[fd];
+    s->hot_fd = fd;
     if (fi->io != io) {
         weft__fdstate *st = weft__fd(&s->r, fd);
         if (!st)
