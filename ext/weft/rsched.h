@@ -84,6 +84,10 @@ enum {
 
 /* The four transfer hooks (weft__rb_do_io, struct fileop). */
 enum { OP_READ, OP_WRITE, OP_PREAD, OP_PWRITE };
+/* Or'd into OP_WRITE or OP_PWRITE for weft__rb_do_io: Ruby 3.1's hook
+ * forms, whose length (when not 0) is how many bytes to write at most,
+ * not at least. */
+enum { OP_UPTO = 0x10 };
 
 typedef struct rsched rsched;
 

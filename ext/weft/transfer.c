@@ -88,6 +88,8 @@ static bool xfer_refetch(struct xfer *x)
 static bool xfer_prepare(struct xfer *x, rsched *s, VALUE io, VALUE buffer,
                          size_t length, size_t offset, off_t from, int op)
 {
+    bool upto = op & OP_UPTO;
+    op &= ~OP_UPTO;
     *x = (struct xfer){.s = s, .io = io, .buffer = buffer, .op = op,
                        .offset = offset, .from = from};
     x->fd = weft__rb_io_fd(io);
@@ -95,6 +97,11 @@ static bool xfer_prepare(struct xfer *x, rsched *s, VALUE io, VALUE buffer,
     get_buffer(buffer, !x->writing, &x->base, &x->size);
     if (offset > x->size)
         rb_raise(rb_eArgError, "offset %zu beyond buffer size %zu", offset, x->size);
+    /* Ruby 3.1: IO::Buffer#write(io, 3) and #pwrite write 3 bytes of the
+     * buffer (its reads fill what the buffer holds, as here); 3.2 made
+     * the length "at least" for both. */
+    if (upto && length > 0 && length < x->size - offset)
+        x->size = offset + length;
     x->length = length > x->size - offset ? x->size - offset : length;
     fdinfo *fi = weft__rb_fd_prepare(s, x->fd, io);
     x->kind = s->r.fds[x->fd].kind;
@@ -440,7 +447,7 @@ static VALUE positioned_hook(int argc, VALUE *argv, VALUE self, int encoded,
     rsched *s = weft__rb_get_sched(self);
     if (argc == 4)
         return weft__rb_do_io(s, argv[0], argv[1], NUM2SIZET(argv[2]), 0,
-                     file_offset(argv[3], encoded), op);
+                     file_offset(argv[3], encoded), op == OP_PWRITE ? op | OP_UPTO : op);
     return weft__rb_do_io(s, argv[0], argv[1], NUM2SIZET(argv[3]), NUM2SIZET(argv[4]),
                  file_offset(argv[2], 0), op);
 }

@@ -90,7 +90,7 @@ static VALUE write_body(VALUE p)
     struct write_arg *a = (struct write_arg *)p;
     size_t offset = a->argc > 3 ? NUM2SIZET(a->argv[3]) : 0;
     return weft__rb_do_io(a->s, a->argv[0], a->argv[1], NUM2SIZET(a->argv[2]), offset,
-                 0, OP_WRITE);
+                 0, a->argc > 3 ? OP_WRITE : OP_WRITE | OP_UPTO);
 }
 
 static VALUE write_release(VALUE p)

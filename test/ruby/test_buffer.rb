@@ -59,6 +59,35 @@ class TestBuffer < Minitest::Test
     end
   end
 
+  # A length shorter than the buffer: Ruby 3.1 writes that many bytes of
+  # it (write and pwrite) and fills what the buffer holds on a read; 3.2
+  # and later move the whole buffer. Under weft 3.1's write and pwrite
+  # wrote the whole buffer: 5 bytes too many in the file, on the pipe.
+  def test_a_short_length_moves_what_it_does_without_the_scheduler
+    Tempfile.create("weft") do |f|
+      probe = lambda do
+        f.truncate(0)
+        f.pwrite("." * 10, 0)
+        rd, wr = IO.pipe
+        wrote = IO::Buffer.for(+"ABCDEFGH").write(wr, 3)
+        wr.close
+        piped = rd.read
+        rd.close
+        put = IO::Buffer.for(+"ABCDEFGH").pwrite(f, 3, 2) # 3.1: length, offset
+        rd, wr = IO.pipe
+        wr.write("0123456789")
+        wr.close
+        got = IO::Buffer.new(8).read(rd, 3)
+        rest = rd.read
+        rd.close
+        [wrote, piped, put, File.binread(f.path), got, rest]
+      end
+      plain = probe.call
+      assert_equal plain, weft { probe.call }
+      assert_equal [3, "ABC", 3, "..ABC....."], plain.first(4) if RUBY_VERSION < "3.2"
+    end
+  end
+
   def test_every_signature_directly
     weft do |s|
       Tempfile.create("weft") do |f|
