@@ -666,6 +666,15 @@ module Weft
 end
 
 module Weft
+  # IO#reopen and IO#close end the waits on the descriptor number they
+  # replace or close (Scheduler::Replaced, in C, ext/weft/wait.c): a
+  # reopened IO, or one whose number another IO closed, left its waiting
+  # fiber registered with a file that was gone.
+  IO.prepend(Scheduler::Replaced)
+  Scheduler.send(:private_constant, :Replaced)
+end
+
+module Weft
   # Ractor#take, Ractor.receive (.recv, .receive_if), Ractor.yield and
   # Ractor.select wait without calling any scheduler hook: in a fiber the
   # wait held the whole thread, so a message that another fiber of the

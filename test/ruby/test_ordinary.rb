@@ -1090,6 +1090,42 @@ class TestOrdinary < Minitest::Test
     FileUtils.rm_rf(File.dirname(path)) if path
   end
 
+  # IO#reopen of an IO another fiber waits on (a pipe, a socket), and the
+  # close of its descriptor through another IO (IO.for_fd): on a thread
+  # the wait ends with IOError, and after a reopen the next read reads the
+  # new file. The waiter stayed registered with the old file and hung
+  # (epoll, io_uring), or read the new one without the error (poll).
+  def test_reopen_or_close_under_a_waiting_fiber_as_on_threads
+    program = lambda do |spawn, finish|
+      rd, wr = IO.pipe
+      r2, w2 = IO.pipe
+      s1, s2 = UNIXSocket.pair
+      t1, t2 = UNIXSocket.pair
+      r3, w3 = IO.pipe
+      got = []
+      readers = [spawn.call { got[0] = [(rd.gets rescue [$!.class, $!.message]), rd.gets] },
+                 spawn.call { got[1] = [(s1.readpartial(10) rescue [$!.class, $!.message]), s1.readpartial(10)] },
+                 spawn.call { got[2] = (r3.gets rescue [$!.class, $!.message]) }]
+      swapper = spawn.call do
+        # Every reader waits (a scheduled fiber runs to its first wait).
+        sleep 0.001 until readers.all? { |x| !x.is_a?(Thread) || x.status == "sleep" }
+        rd.reopen(r2)
+        w2.puts "via2"
+        s1.reopen(t1)
+        t2.write "via t"
+        IO.for_fd(r3.fileno, autoclose: true).close
+      end
+      finish.call(readers + [swapper])
+      [rd, wr, r2, w2, s1, s2, t1, t2, w3].each(&:close)
+      r3.autoclose = false # its descriptor is closed already
+      got
+    end
+    threads = on_threads(program)
+    gone = [IOError, "stream closed in another thread"]
+    assert_equal [[gone, "via2\n"], [gone, "via t"], gone], threads
+    assert_equal threads, on_fibers(program)
+  end
+
   def test_io_select_takes_arrays_only_as_on_threads
     r, w = IO.pipe
     w.write("x")
