@@ -545,15 +545,22 @@ module Weft
       false
     end
 
-    def self.on_thread
+    # The block on a helper thread named +name+ (in #dump) while the
+    # fiber waits for it; if that wait ends early (a timeout) the helper
+    # is killed, which interrupts what it waits in, and with +join+
+    # waited for until it has gone (RactorWaits).
+    def self.on_thread(name = "weft open", join: false)
       thread = Thread.new do
-        Thread.current.name = "weft open" # named in #dump
+        Thread.current.name = name
         Thread.current.report_on_exception = false
         yield
       end
       thread.value
     ensure
-      thread&.kill
+      if thread&.alive?
+        thread.kill
+        thread.join if join
+      end
     end
 
     # File.new, File.open, Kernel#open of a path. The arguments go on as
@@ -696,15 +703,8 @@ module Weft
       !Fiber.blocking? && Fiber.scheduler.is_a?(Weft::Scheduler)
     end
 
-    def self.on_thread
-      thread = Thread.new do
-        Thread.current.name = "weft ractor wait" # named in #dump
-        Thread.current.report_on_exception = false
-        yield
-      end
-      thread.value
-    ensure
-      thread.kill.join if thread&.alive?
+    def self.on_thread(&block)
+      FifoOpens.on_thread("weft ractor wait", join: true, &block)
     end
 
     # Ractor#take.
