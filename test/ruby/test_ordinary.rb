@@ -1020,8 +1020,8 @@ class TestOrdinary < Minitest::Test
 
   # Ractor#take, Ractor.receive, Ractor.select and Ractor.yield wait
   # without a hook: a fiber waiting there held the thread, and the fiber
-  # that would send (or take) never ran (a hang, on every Ruby). In a
-  # child: a process with a Ractor stays in multi-Ractor mode.
+  # that would send never ran (a hang, on every Ruby). In a child: a
+  # process with a Ractor stays in multi-Ractor mode.
   def test_ractor_waits_let_the_other_fibers_run_as_on_threads
     out, status = ruby_child(<<~'RUBY')
       require "weft"
@@ -1041,19 +1041,20 @@ class TestOrdinary < Minitest::Test
                       [-> { Ractor.receive }, -> { sleep 0.01; e.send(9); :fed }] },
         select: -> { e = Ractor.new { Ractor.yield(Ractor.receive) }
                      [-> { r, v = Ractor.select(e); [r == e, v] }, -> { sleep 0.01; e.send(7); :fed }] },
-        yield: -> { t = Ractor.new(Ractor.current) { |main| main.take }
-                    [-> { Ractor.yield(:from_main); :yielded }, -> { t.take }] },
-        timeout: -> { d = Ractor.new { Ractor.yield(Ractor.receive) }
-                      [-> { r = (Timeout.timeout(0.05) { d.take } rescue $!.class); d.send(5); [r, d.take] }] },
       }
+      # (No Ractor.yield: from a thread other than the main one it hangs
+      # now and then by itself, the reference with it: two plain threads
+      # hung 10 runs in 20 on 3.1, 1 in 16 on 3.4.)
+      cases[:timeout] = -> { d = Ractor.new { Ractor.yield(Ractor.receive) }
+                             [-> { r = (Timeout.timeout(0.05) { d.take } rescue $!.class); d.send(5); [r, d.take] }] }
       cases.each { |name, make| p [name, run(:threads, make.call), run(:fibers, make.call)] }
     RUBY
     assert status.success?, out
     lines = out.lines.map { |l| eval(l) } # rubocop:disable Security/Eval
-    assert_equal %i[take receive select yield timeout], lines.map(&:first), out
+    assert_equal %i[take receive select timeout], lines.map(&:first), out
     lines.each { |name, threads, fibers| assert_equal threads, fibers, name }
     assert_equal [42, :sent], lines[0][1]
-    assert_equal [[Timeout::Error, 5]], lines[4][2]
+    assert_equal [[Timeout::Error, 5]], lines[-1][2]
   end
 
   # An IO a program never closes is closed when the collector frees it
