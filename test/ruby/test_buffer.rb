@@ -12,7 +12,7 @@ class TestBuffer < Minitest::Test
   def test_buffer_read_and_write_on_a_pipe
     weft do
       r, w = IO.pipe
-      out = IO::Buffer.for(+"hello buffer")
+      out = buffer_for(+"hello buffer")
       Fiber.schedule { sleep 0.01; out.write(w, out.size) }
       inb = IO::Buffer.new(12)
       assert_equal 12, inb.read(r, 12)
@@ -29,9 +29,9 @@ class TestBuffer < Minitest::Test
       f.flush
       # 3.1: pwrite(io, length, offset); 3.2+: pwrite(io, from, length)
       write = if RUBY_VERSION < "3.2"
-                -> { IO::Buffer.for(+"AB").pwrite(f, 2, offset) }
+                -> { buffer_for(+"AB").pwrite(f, 2, offset) }
               else
-                -> { IO::Buffer.for(+"AB").pwrite(f, offset, 2) }
+                -> { buffer_for(+"AB").pwrite(f, offset, 2) }
               end
       with_scheduler ? weft { write.call } : write.call
       File.binread(f.path)
@@ -69,11 +69,11 @@ class TestBuffer < Minitest::Test
         f.truncate(0)
         f.pwrite("." * 10, 0)
         rd, wr = IO.pipe
-        wrote = IO::Buffer.for(+"ABCDEFGH").write(wr, 3)
+        wrote = buffer_for(+"ABCDEFGH").write(wr, 3)
         wr.close
         piped = rd.read
         rd.close
-        put = IO::Buffer.for(+"ABCDEFGH").pwrite(f, 3, 2) # 3.1: length, offset
+        put = buffer_for(+"ABCDEFGH").pwrite(f, 3, 2) # 3.1: length, offset
         rd, wr = IO.pipe
         wr.write("0123456789")
         wr.close
@@ -99,13 +99,13 @@ class TestBuffer < Minitest::Test
         assert_equal 7, s.io_pread(f, buf, 2, 4, 1)
         assert_equal "cdef", buf.get_string(1, 4)
         # 3.3: io_pwrite(io, buffer, from, length, offset)
-        src = IO::Buffer.for(+"XYZ")
+        src = buffer_for(+"XYZ")
         assert_equal 2, s.io_pwrite(f, src, 8, 2, 1)
         assert_equal "abcdefghYZ", File.binread(f.path)
       end
       r, w = IO.pipe
       # 3.2+: io_write(io, buffer, length, offset) / io_read(..., offset)
-      assert_equal 3, s.io_write(w, IO::Buffer.for(+"--abc"), 3, 2)
+      assert_equal 3, s.io_write(w, buffer_for(+"--abc"), 3, 2)
       buf = IO::Buffer.new(6)
       assert_equal 3, s.io_read(r, buf, 3, 3)
       assert_equal "abc", buf.get_string(3, 3)
@@ -124,7 +124,7 @@ class TestBuffer < Minitest::Test
     weft do |s|
       r, w = IO.pipe
       r.close
-      assert_equal(-Errno::EPIPE::Errno, s.io_write(w, IO::Buffer.for(+"x"), 1))
+      assert_equal(-Errno::EPIPE::Errno, s.io_write(w, buffer_for(+"x"), 1))
       w.close
     end
   end

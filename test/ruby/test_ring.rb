@@ -237,7 +237,7 @@ class TestRing < Minitest::Test
           # A copy per round: on Ruby 3.1 a buffer for a string keeps it
           # locked until the buffer is garbage collected, so a second
           # IO::Buffer.for(data) would raise unless a GC ran in between.
-          src = IO::Buffer.for(data.dup)
+          src = buffer_for(data.dup)
           assert_equal data.bytesize, src.write(writer, data.bytesize)
         ensure
           writer.close # a failed write must not leave the reader waiting
@@ -257,7 +257,7 @@ class TestRing < Minitest::Test
     data = Random.new(9).bytes(1 << 20)
     Tempfile.create("weft-ring") do |f|
       weft do |s|
-        src = IO::Buffer.for(data)
+        src = buffer_for(data)
         dst = IO::Buffer.new(data.bytesize)
         # 3.3: io_pwrite(io, buffer, from, length, offset)
         if RUBY_VERSION < "3.2"
