@@ -324,6 +324,15 @@ static VALUE s_io_wait(VALUE self, VALUE io, VALUE events, VALUE timeout)
  * thread's scheduler is a live weft one, the waits on that number end
  * as io_close ends them. In C: every close in the process goes through
  * it, ~20 ns where no weft scheduler is set. */
+/* @fd was closed or replaced: its waiters get EBADF, its IO is forgotten
+ * (io_close, and IO#reopen and IO#close through `replaced`). */
+static void fd_gone(rsched *s, int fd)
+{
+    weft__reactor_fd_close(&s->r, fd, -EBADF);
+    if (fd < s->nfdi)
+        s->fdi[fd].io = Qnil;
+}
+
 static VALUE replaced(int argc, VALUE *argv, VALUE self)
 {
     rsched *s = weft__rb_ours(rb_fiber_scheduler_get());
@@ -332,11 +341,8 @@ static VALUE replaced(int argc, VALUE *argv, VALUE self)
     rb_io_t *fptr = RFILE(self)->fptr;
     int fd = fptr ? fptr->fd : -1;
     VALUE r = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
-    if (fd >= 0 && s->r_live && fd < s->r.nfds && !weft__list_empty(&s->r.fds[fd].waits)) {
-        weft__reactor_fd_close(&s->r, fd, -EBADF);
-        if (fd < s->nfdi)
-            s->fdi[fd].io = Qnil;
-    }
+    if (fd >= 0 && s->r_live && fd < s->r.nfds && !weft__list_empty(&s->r.fds[fd].waits))
+        fd_gone(s, fd);
     return r;
 }
 
@@ -348,9 +354,7 @@ static VALUE s_io_close(VALUE self, VALUE io)
     int fd = RB_INTEGER_TYPE_P(io) ? NUM2INT(io) : rb_io_descriptor(rb_io_get_io(io));
     if (fd < 0)
         return Qfalse;
-    weft__reactor_fd_close(&s->r, fd, -EBADF);
-    if (fd < s->nfdi)
-        s->fdi[fd].io = Qnil;
+    fd_gone(s, fd);
     return Qtrue;
 }
 
